@@ -1,0 +1,377 @@
+"""Audio and text sources and sinks: files, microphone, speaker.
+
+Sources are stages with no input queue; sinks are stages with no output
+queue. Resampling uses soxr (a real, stateful resampler) and happens once:
+at the source for input (to 16 kHz) and at the sink for output.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from speech_to_speech.events import Event, FirstAudio, ResponseDone
+from speech_to_speech.handler import BaseHandler
+from speech_to_speech.messages import END_OF_STREAM, AudioChunk, AudioOutput, EndOfResponse, Transcript
+from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE
+
+logger = logging.getLogger(__name__)
+
+
+class AudioDeviceError(RuntimeError):
+    """No usable audio device (or no PortAudio library) for live input or output."""
+
+
+class StreamClock:
+    """The shared timeline of a run: seconds since the input stream started."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def restart(self) -> None:
+        """Set time zero to now (called by the source when it starts feeding)."""
+        self.start = time.monotonic()
+
+    def now(self) -> float:
+        """Seconds since time zero."""
+        return time.monotonic() - self.start
+
+
+def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Read any file libsndfile can decode as mono float32 at ``sample_rate`` Hz.
+
+    Multi-channel audio is averaged to mono; other rates are resampled with soxr.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: if the file cannot be decoded as audio.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input audio not found: {path}")
+    try:
+        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        raise ValueError(f"cannot read audio file {path}: {exc}") from exc
+    mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    if rate != sample_rate:
+        mono = soxr.resample(mono, rate, sample_rate)
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+class FileSource(BaseHandler):
+    """Feeds an audio file into the pipeline in 512-sample chunks at real-time pace.
+
+    The file is read and resampled in the constructor, so a bad file fails
+    before any model loads.
+
+    Args:
+        path: the audio file (see :func:`load_audio`).
+        clock: the run's timeline; restarted when feeding begins.
+        speed: pace multiplier (1.0 = real time; larger is faster).
+        tail_silence_s: silence appended after the file, as a microphone would hear.
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`load_audio`.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        path: str | Path,
+        clock: StreamClock,
+        speed: float = 1.0,
+        tail_silence_s: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, input_queue=None, **kwargs)
+        self.path = Path(path)
+        self.clock = clock
+        self.speed = speed
+        tail = np.zeros(int(tail_silence_s * SAMPLE_RATE), dtype=np.float32)
+        self.samples = np.concatenate([load_audio(self.path), tail])
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the fed audio, seconds."""
+        return len(self.samples) / SAMPLE_RATE
+
+    def _loop(self) -> None:
+        self.clock.restart()
+        for offset in range(0, len(self.samples), CHUNK_SAMPLES):
+            chunk = self.samples[offset : offset + CHUNK_SAMPLES]
+            due = self.clock.start + (offset + len(chunk)) / SAMPLE_RATE / self.speed
+            delay = due - time.monotonic()
+            if delay > 0 and self.stop_event.wait(delay):
+                return
+            if not self.emit(AudioChunk(chunk, SAMPLE_RATE, time.monotonic(), offset)):
+                return
+        assert self.output_queue is not None
+        self.output_queue.put_unless_stopped(END_OF_STREAM, self.stop_event)
+
+
+class TextSource(BaseHandler):
+    """Sends typed user turns, one at a time, each after the previous reply ended.
+
+    Args:
+        texts: the user turns, in order.
+        clock: the run's timeline.
+        turn_timeout_s: the longest wait for one reply before moving on.
+    """
+
+    def __init__(
+        self, *args: Any, texts: list[str], clock: StreamClock, turn_timeout_s: float = 300.0, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, input_queue=None, **kwargs)
+        self.texts = texts
+        self.clock = clock
+        self.turn_timeout_s = turn_timeout_s
+        self._done: queue.Queue[int] = queue.Queue()
+        self.bus.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, ResponseDone):
+            self._done.put(event.turn_id)
+
+    def _loop(self) -> None:
+        self.clock.restart()
+        for text in self.texts:
+            stamp = self.gate.new_turn_stamp()
+            if not self.emit(Transcript(stamp, text, speech_end_time=time.monotonic())):
+                return
+            deadline = time.monotonic() + self.turn_timeout_s
+            while not self.stop_event.is_set():
+                try:
+                    if self._done.get(timeout=max(0.0, min(self.poll_s, deadline - time.monotonic()))) >= stamp.turn_id:
+                        break
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        logger.warning("turn %d: no reply after %.0f s, moving on", stamp.turn_id, self.turn_timeout_s)
+                        break
+        assert self.output_queue is not None
+        self.output_queue.put_unless_stopped(END_OF_STREAM, self.stop_event)
+
+
+class MicrophoneSource(BaseHandler):
+    """Captures the default microphone with sounddevice at 16 kHz, 512-sample blocks.
+
+    Raises (from :meth:`setup`):
+        AudioDeviceError: if PortAudio or an input device is missing.
+    """
+
+    def __init__(self, *args: Any, clock: StreamClock, **kwargs: Any) -> None:
+        super().__init__(*args, input_queue=None, **kwargs)
+        self.clock = clock
+        self._stream: Any = None
+        self._offset = 0
+
+    def setup(self) -> None:
+        sd = check_input_device()
+        try:
+            self._stream = sd.InputStream(
+                samplerate=SAMPLE_RATE, channels=1, dtype="float32", blocksize=CHUNK_SAMPLES, callback=self._callback
+            )
+        except Exception as exc:
+            raise AudioDeviceError(f"no usable microphone ({exc})") from exc
+
+    def _callback(self, indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        if status:
+            logger.debug("input status: %s", status)
+        chunk = AudioChunk(indata[:, 0].copy(), SAMPLE_RATE, time.monotonic(), self._offset)
+        self._offset += frames
+        assert self.output_queue is not None
+        try:
+            self.output_queue.put_nowait(chunk)
+        except queue.Full:
+            logger.warning("VAD is behind: dropped %d input samples", frames)
+
+    def _loop(self) -> None:
+        self.clock.restart()
+        self._stream.start()
+        self.stop_event.wait()
+
+    def cleanup(self) -> None:
+        if self._stream is not None:
+            self._stream.stop()
+            self._stream.close()
+
+
+def _import_sounddevice() -> Any:
+    try:
+        import sounddevice as sd
+    except OSError as exc:  # PortAudio library not found
+        raise AudioDeviceError(f"PortAudio is not available ({exc})") from exc
+    return sd
+
+
+def check_input_device(sample_rate: int = SAMPLE_RATE) -> Any:
+    """Return the sounddevice module if a default microphone takes mono float32 at ``sample_rate``.
+
+    Raises:
+        AudioDeviceError: no PortAudio, no input device, or unsupported settings.
+    """
+    sd = _import_sounddevice()
+    try:
+        sd.check_input_settings(samplerate=sample_rate, channels=1, dtype="float32")
+    except Exception as exc:
+        raise AudioDeviceError(f"no usable microphone ({exc})") from None
+    return sd
+
+
+def check_output_device(sample_rate: int) -> Any:
+    """Return the sounddevice module if a default speaker plays mono float32 at ``sample_rate``.
+
+    Raises:
+        AudioDeviceError: no PortAudio, no output device, or unsupported settings.
+    """
+    sd = _import_sounddevice()
+    try:
+        sd.check_output_settings(samplerate=sample_rate, channels=1, dtype="float32")
+    except Exception as exc:
+        raise AudioDeviceError(f"no usable speaker ({exc})") from None
+    return sd
+
+
+class BaseAudioSink(BaseHandler):
+    """Consumes :class:`AudioOutput` and :class:`EndOfResponse`; publishes timing events.
+
+    Subclasses implement :meth:`write` (float32 mono at :attr:`sample_rate`).
+    Each incoming chunk is resampled (soxr, stateful per response) to the
+    sink's rate.
+
+    Args:
+        sample_rate: the sink's rate, Hz.
+    """
+
+    def __init__(self, *args: Any, sample_rate: int, **kwargs: Any) -> None:
+        super().__init__(*args, output_queue=None, **kwargs)
+        self.sample_rate = sample_rate
+        self._resampler: soxr.ResampleStream | None = None
+        self._resampler_rate = 0
+        self._turns_with_audio: set[int] = set()
+
+    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
+        """Deliver float32 mono samples at :attr:`sample_rate`."""
+        raise NotImplementedError
+
+    def end_response(self, item: EndOfResponse) -> None:
+        """Called after the last chunk of a response (flush, drain)."""
+
+    def _resample(self, item: AudioOutput, last: bool = False) -> np.ndarray:
+        if item.sample_rate == self.sample_rate:
+            return item.samples
+        if self._resampler is None or self._resampler_rate != item.sample_rate:
+            self._resampler = soxr.ResampleStream(item.sample_rate, self.sample_rate, 1, dtype="float32")
+            self._resampler_rate = item.sample_rate
+        return self._resampler.resample_chunk(item.samples, last=last)
+
+    def process(self, item: AudioOutput | EndOfResponse) -> Iterator[None]:
+        if isinstance(item, EndOfResponse):
+            if self._resampler is not None:
+                tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+                self._resampler = None
+                if len(tail):
+                    self.write(tail, AudioOutput(item.stamp, tail, self.sample_rate))
+            self.end_response(item)
+            self.bus.publish(ResponseDone(item.stamp.turn_id, text=item.text, error=item.error))
+            return iter(())
+        if not self.gate.admits(item.stamp):
+            return iter(())
+        samples = self._resample(item)
+        if item.stamp.turn_id not in self._turns_with_audio:
+            self._turns_with_audio.add(item.stamp.turn_id)
+            self.bus.publish(FirstAudio(item.stamp.turn_id))
+        if len(samples):
+            self.write(samples, item)
+        return iter(())
+
+
+class FileSink(BaseAudioSink):
+    """Writes the assistant's audio to a WAV file on the input's timeline.
+
+    A chunk is placed at the time it reached the sink (seconds since the input
+    started, see :class:`StreamClock`) or right after the previous chunk,
+    whichever is later; gaps are silence. The file is written on shutdown and
+    is at least as long as the input.
+
+    Args:
+        path: output WAV path.
+        clock: the run's timeline.
+        sample_rate: Hz of the file (default 16 kHz, the input's rate, so both mix).
+    """
+
+    def __init__(
+        self, *args: Any, path: str | Path, clock: StreamClock, sample_rate: int = SAMPLE_RATE, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, sample_rate=sample_rate, **kwargs)
+        self.path = Path(path)
+        self.clock = clock
+        self.min_duration_s = 0.0
+        self._pieces: list[tuple[int, np.ndarray]] = []
+        self._cursor = 0
+        if not self.path.parent.is_dir():
+            raise FileNotFoundError(f"output folder does not exist: {self.path.parent}")
+
+    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
+        start = max(self._cursor, int(self.clock.now() * self.sample_rate))
+        self._pieces.append((start, samples.copy()))
+        self._cursor = start + len(samples)
+
+    def cleanup(self) -> None:
+        length = max(
+            self._cursor, int(self.min_duration_s * self.sample_rate), int(self.clock.now() * self.sample_rate)
+        )
+        audio = np.zeros(length, dtype=np.float32)
+        for start, samples in self._pieces:
+            audio[start : start + len(samples)] = samples
+        sf.write(str(self.path), np.clip(audio, -1.0, 1.0), self.sample_rate, subtype="PCM_16")
+        logger.info("wrote %.1f s of audio to %s", length / self.sample_rate, self.path)
+
+
+class SpeakerSink(BaseAudioSink):
+    """Plays the assistant's audio on the default output device (blocking writes pace it).
+
+    Raises (from :meth:`setup`):
+        AudioDeviceError: if PortAudio or an output device is missing.
+    """
+
+    def __init__(self, *args: Any, sample_rate: int = 24_000, **kwargs: Any) -> None:
+        super().__init__(*args, sample_rate=sample_rate, **kwargs)
+        self._stream: Any = None
+
+    def setup(self) -> None:
+        sd = check_output_device(self.sample_rate)
+        try:
+            self._stream = sd.OutputStream(samplerate=self.sample_rate, channels=1, dtype="float32")
+            self._stream.start()
+        except Exception as exc:
+            raise AudioDeviceError(f"no usable speaker ({exc})") from exc
+
+    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
+        self._stream.write(samples.reshape(-1, 1))
+
+    def cleanup(self) -> None:
+        if self._stream is not None:
+            self._stream.stop()
+            self._stream.close()
+
+
+class NullSink(BaseAudioSink):
+    """Discards audio but still reports timing (used when no output is wanted)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, sample_rate=SAMPLE_RATE, **kwargs)
+
+    def _resample(self, item: AudioOutput, last: bool = False) -> np.ndarray:
+        return item.samples
+
+    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
+        pass

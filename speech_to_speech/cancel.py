@@ -1,0 +1,128 @@
+"""Validity of in-flight work: cancel generations, turn revisions and the emit gate.
+
+Every message between stages carries a :class:`Stamp` taken when its work was
+created. Before any side effect (putting a message on a queue, publishing an
+event, playing audio) the emitter asks the shared :class:`Gate` whether the stamp
+is still valid. Two things make a stamp stale:
+
+* the :class:`CancelScope` generation moved on (barge-in, session reset), or
+* the :class:`TurnTracker` has seen a newer revision of the same turn (the user
+  kept speaking after an endpoint, so the turn was re-transcribed).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The validity token of one piece of work.
+
+    Attributes:
+        turn_id: the user turn this work answers (monotonic, starts at 1).
+        revision: revision of that turn (0 for the first transcript).
+        generation: the :class:`CancelScope` generation current at creation.
+    """
+
+    turn_id: int
+    revision: int
+    generation: int
+
+
+class CancelScope:
+    """A monotonic generation counter; cancelling bumps it.
+
+    Work stamped with an older generation is stale. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """The current generation (int, starts at 0)."""
+        with self._lock:
+            return self._generation
+
+    def cancel(self) -> int:
+        """Invalidate all work created so far and return the new generation."""
+        with self._lock:
+            self._generation += 1
+            return self._generation
+
+    def is_stale(self, generation: int) -> bool:
+        """True when ``generation`` is older than the current one."""
+        with self._lock:
+            return generation != self._generation
+
+
+class TurnTracker:
+    """Hands out turn ids and tracks the newest revision of each turn. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._latest: dict[int, int] = {}
+
+    def new_turn(self) -> int:
+        """Open a new turn at revision 0 and return its id."""
+        with self._lock:
+            turn_id = next(self._ids)
+            self._latest[turn_id] = 0
+            return turn_id
+
+    def revise(self, turn_id: int) -> int:
+        """Create the next revision of ``turn_id``; older revisions become stale.
+
+        Raises:
+            KeyError: if the turn was never opened.
+        """
+        with self._lock:
+            revision = self._latest[turn_id] + 1
+            self._latest[turn_id] = revision
+            return revision
+
+    def latest_revision(self, turn_id: int) -> int | None:
+        """The newest revision of ``turn_id``, or None if unknown."""
+        with self._lock:
+            return self._latest.get(turn_id)
+
+    def is_current(self, turn_id: int, revision: int) -> bool:
+        """True when ``revision`` is the newest revision of ``turn_id``.
+
+        Unknown turns (e.g. created outside this tracker) count as current.
+        """
+        with self._lock:
+            latest = self._latest.get(turn_id)
+        return latest is None or latest == revision
+
+
+class Gate:
+    """The single check every emit point uses to drop stale work."""
+
+    def __init__(self, scope: CancelScope | None = None, turns: TurnTracker | None = None) -> None:
+        self.scope = scope or CancelScope()
+        self.turns = turns or TurnTracker()
+
+    def stamp(self, turn_id: int, revision: int = 0) -> Stamp:
+        """A stamp for new work on ``turn_id``/``revision`` at the current generation."""
+        return Stamp(turn_id, revision, self.scope.generation)
+
+    def new_turn_stamp(self) -> Stamp:
+        """Open a new turn and return the stamp of its revision 0."""
+        return self.stamp(self.turns.new_turn(), 0)
+
+    def admits(self, stamp: Stamp | None) -> bool:
+        """True when work with ``stamp`` may still have side effects.
+
+        A ``None`` stamp (control messages) is always admitted.
+        """
+        if stamp is None:
+            return True
+        if self.scope.is_stale(stamp.generation):
+            return False
+        return self.turns.is_current(stamp.turn_id, stamp.revision)

@@ -1,0 +1,159 @@
+"""Presentation: per-turn metrics, console output and the JSON Lines transcript."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from speech_to_speech.events import (
+    AssistantText,
+    Event,
+    EventBus,
+    FirstAudio,
+    FirstToken,
+    ResponseDone,
+    ResponseStarted,
+    SpeechStopped,
+    StageError,
+    TurnMetrics,
+    UserTranscript,
+)
+
+
+@dataclass
+class _TurnTimes:
+    speech_end: float | None = None
+    endpoint_delay_ms: float | None = None
+    stt_ms: float | None = None
+    request: float | None = None
+    ttft_ms: float | None = None
+    first_audio: float | None = None
+
+
+class MetricsCollector:
+    """Turns timing events into one :class:`TurnMetrics` per finished response.
+
+    Publishes the metrics on the same bus and keeps them in :attr:`turns`.
+    """
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+        self.turns: list[TurnMetrics] = []
+        self._times: dict[int, _TurnTimes] = {}
+        self._lock = threading.Lock()
+        bus.subscribe(self.on_event)
+
+    def on_event(self, event: Event) -> None:
+        """Record ``event``; on :class:`ResponseDone` publish the turn's metrics."""
+        with self._lock:
+            times = self._times.setdefault(event.turn_id, _TurnTimes())
+            if isinstance(event, SpeechStopped):
+                times.endpoint_delay_ms = event.endpoint_delay_ms
+            elif isinstance(event, UserTranscript):
+                times.stt_ms = event.stt_ms
+            elif isinstance(event, ResponseStarted):
+                times.request = event.time
+                times.speech_end = event.speech_end_time
+            elif isinstance(event, FirstToken):
+                times.ttft_ms = event.ttft_ms
+            elif isinstance(event, FirstAudio):
+                times.first_audio = event.time
+            elif isinstance(event, ResponseDone):
+                metrics = self._metrics(event.turn_id, self._times.pop(event.turn_id))
+                self.turns.append(metrics)
+            else:
+                return
+        if isinstance(event, ResponseDone):
+            self.bus.publish(metrics)
+
+    @staticmethod
+    def _metrics(turn_id: int, t: _TurnTimes) -> TurnMetrics:
+        def ms(end: float | None, start: float | None) -> float | None:
+            return None if end is None or start is None else (end - start) * 1000
+
+        return TurnMetrics(
+            turn_id,
+            stt_ms=t.stt_ms,
+            ttft_ms=t.ttft_ms,
+            ttfa_ms=ms(t.first_audio, t.request),
+            voice_to_voice_ms=ms(t.first_audio, t.speech_end) if t.stt_ms is not None else None,
+            endpoint_delay_ms=t.endpoint_delay_ms,
+        )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+class ConsoleReporter:
+    """Prints user transcripts, replies and per-turn latencies.
+
+    Args:
+        stream: where to print (default stdout).
+    """
+
+    def __init__(self, bus: EventBus, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stdout
+        bus.subscribe(self.on_event)
+
+    def on_event(self, event: Event) -> None:
+        """Print the events a person wants to see."""
+        line = None
+        if isinstance(event, UserTranscript):
+            line = f"[turn {event.turn_id}] user: {event.text}"
+        elif isinstance(event, AssistantText):
+            line = f"[turn {event.turn_id}] assistant: {event.text}" + (
+                f"  (error: {event.error})" if event.error else ""
+            )
+        elif isinstance(event, TurnMetrics):
+            line = (
+                f"[turn {event.turn_id}] STT {_fmt(event.stt_ms)} | TTFT {_fmt(event.ttft_ms)} | "
+                f"TTFA {_fmt(event.ttfa_ms)} | voice-to-voice {_fmt(event.voice_to_voice_ms)}"
+            )
+        elif isinstance(event, StageError):
+            line = f"[turn {event.turn_id}] {event.stage} error: {event.message}"
+        if line is not None:
+            print(line, file=self.stream, flush=True)
+
+
+class TranscriptWriter:
+    """Writes events as JSON Lines: one object per line with an ``event`` key.
+
+    Recorded kinds: speech_stopped, user_transcript, assistant_text,
+    turn_metrics, stage_error. Times are ``time.monotonic()`` seconds.
+
+    Args:
+        path: the output file (created or truncated).
+    """
+
+    KINDS = (SpeechStopped, UserTranscript, AssistantText, TurnMetrics, StageError)
+
+    def __init__(self, bus: EventBus, path: str | Path) -> None:
+        self._lock = threading.Lock()
+        self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        bus.subscribe(self.on_event)
+
+    def on_event(self, event: Event) -> None:
+        """Append ``event`` if it is one of :attr:`KINDS`."""
+        if isinstance(event, self.KINDS):
+            with self._lock:
+                if not self._file.closed:
+                    self._file.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+                    self._file.flush()
+
+    def close(self) -> None:
+        """Close the file; later events are ignored."""
+        with self._lock:
+            self._file.close()
+
+
+@dataclass
+class RunSummary:
+    """What a finished run reports (used by the entry point and benchmarks)."""
+
+    turns: list[TurnMetrics] = field(default_factory=list)
+    load_seconds: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,153 @@
+"""Pipeline events for presentation (console, transcript file, benchmarks).
+
+Handlers publish events on an :class:`EventBus`; they never print. Subscribers
+(see :mod:`speech_to_speech.console`) decide how to show or record them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Event:
+    """Base of all events. ``time`` is ``time.monotonic()`` at creation."""
+
+    turn_id: int
+    time: float = field(default_factory=time.monotonic, kw_only=True)
+
+    @property
+    def kind(self) -> str:
+        """A snake_case name for the event type, used in JSON Lines output."""
+        name = type(self).__name__
+        return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict with the event's ``kind`` first."""
+        return {"event": self.kind, **asdict(self)}
+
+
+@dataclass
+class SpeechStarted(Event):
+    """The VAD detected the start of user speech."""
+
+
+@dataclass
+class SpeechStopped(Event):
+    """The VAD endpointed a user turn.
+
+    Attributes:
+        duration_ms: length of the segment sent to STT, ms.
+        endpoint_delay_ms: time from the end of speech to the endpoint decision, ms.
+    """
+
+    duration_ms: float = 0.0
+    endpoint_delay_ms: float = 0.0
+
+
+@dataclass
+class UserTranscript(Event):
+    """The user's words for a turn (from STT or typed)."""
+
+    text: str = ""
+    language: str | None = None
+    stt_ms: float | None = None
+
+
+@dataclass
+class AssistantText(Event):
+    """The assistant's complete reply text for a turn."""
+
+    text: str = ""
+    error: str | None = None
+
+
+@dataclass
+class ResponseStarted(Event):
+    """The LLM request for a turn was sent (the start of TTFT and TTFA)."""
+
+    speech_end_time: float | None = None
+
+
+@dataclass
+class FirstToken(Event):
+    """The LLM produced its first token for a turn (``ttft_ms`` from request start)."""
+
+    ttft_ms: float = 0.0
+
+
+@dataclass
+class FirstAudio(Event):
+    """The first assistant audio of a turn reached the sink."""
+
+
+@dataclass
+class ResponseDone(Event):
+    """The end of a response reached the sink (all its audio was delivered)."""
+
+    text: str = ""
+    error: str | None = None
+
+
+@dataclass
+class TurnMetrics(Event):
+    """Per-turn latencies in ms; None where a stage did not run (e.g. typed turns).
+
+    Attributes:
+        stt_ms: STT processing time.
+        ttft_ms: LLM request start → first token.
+        ttfa_ms: LLM request start → first audio at the sink.
+        voice_to_voice_ms: end of user speech → first assistant audio at the sink.
+        endpoint_delay_ms: end of user speech → VAD endpoint decision.
+    """
+
+    stt_ms: float | None = None
+    ttft_ms: float | None = None
+    ttfa_ms: float | None = None
+    voice_to_voice_ms: float | None = None
+    endpoint_delay_ms: float | None = None
+
+
+@dataclass
+class StageError(Event):
+    """A stage failed on one item and carried on."""
+
+    stage: str = ""
+    message: str = ""
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Synchronous publish/subscribe for events. Thread-safe.
+
+    Subscribers run on the publishing thread; a subscriber that raises is logged
+    and does not affect the publisher or other subscribers.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Register ``subscriber`` to receive every later event."""
+        with self._lock:
+            self._subscribers.append(subscriber)
+
+    def publish(self, event: Event) -> None:
+        """Deliver ``event`` to all subscribers, in subscription order."""
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for subscriber in subscribers:
+            try:
+                subscriber(event)
+            except Exception:
+                logger.exception("event subscriber failed on %s", event.kind)

@@ -1,0 +1,140 @@
+"""Typed messages that travel between pipeline stages.
+
+Every message except :class:`EndOfStream` carries the :class:`~speech_to_speech.cancel.Stamp`
+of the turn it belongs to, so any stage can drop it once it is stale.
+
+Audio conventions: mono ``float32`` in [-1, 1]; the sample rate travels with the
+audio in Hz.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from speech_to_speech.cancel import Stamp
+
+
+class EndOfStream:
+    """Sentinel: the source is exhausted. Each stage forwards it, then stops."""
+
+    _instance: EndOfStream | None = None
+
+    def __new__(cls) -> EndOfStream:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "EndOfStream"
+
+
+END_OF_STREAM = EndOfStream()
+
+
+@dataclass
+class AudioChunk:
+    """A block of input audio from a source (microphone or file).
+
+    Attributes:
+        samples: shape ``(n,)`` float32 in [-1, 1].
+        sample_rate: Hz (16,000 after the source's resampling).
+        time: ``time.monotonic()`` when the chunk was delivered (its last sample).
+        stream_offset: index of the chunk's first sample in the input stream.
+    """
+
+    samples: np.ndarray
+    sample_rate: int
+    time: float
+    stream_offset: int = 0
+
+
+@dataclass
+class SpeechSegment:
+    """One endpointed user utterance from the VAD.
+
+    Attributes:
+        stamp: the new turn's stamp.
+        samples: shape ``(n,)`` float32, 16 kHz, including pre-roll and padding.
+        sample_rate: Hz.
+        speech_end_time: monotonic time when the last speech chunk arrived.
+        endpoint_time: monotonic time when the VAD decided the turn was over.
+        stream_end_offset: input-stream sample index where speech ended.
+    """
+
+    stamp: Stamp
+    samples: np.ndarray
+    sample_rate: int
+    speech_end_time: float
+    endpoint_time: float
+    stream_end_offset: int = 0
+
+
+@dataclass
+class Transcript:
+    """User text for the LLM: an STT transcript or a typed turn.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: the user's words.
+        language: ISO 639-1 code when known (e.g. ``"en"``).
+        speech_end_time: monotonic end of user speech (or submission time for text).
+        stt_ms: STT time in ms (None for typed turns).
+    """
+
+    stamp: Stamp
+    text: str
+    language: str | None = None
+    speech_end_time: float = 0.0
+    stt_ms: float | None = None
+
+
+@dataclass
+class TTSInput:
+    """Text of one or more complete sentences to speak.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: speakable text (never empty).
+    """
+
+    stamp: Stamp
+    text: str
+
+
+@dataclass
+class AudioOutput:
+    """A chunk of assistant audio.
+
+    Attributes:
+        stamp: the turn's stamp.
+        samples: shape ``(n,)`` float32 in [-1, 1].
+        sample_rate: Hz (the TTS engine's native rate; sinks resample once).
+        text: the text this audio speaks, on the chunk that starts a sentence batch.
+    """
+
+    stamp: Stamp
+    samples: np.ndarray
+    sample_rate: int
+    text: str = ""
+
+
+@dataclass
+class EndOfResponse:
+    """Marks the end of one assistant response. Emitted exactly once per response.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: the full reply text as generated.
+        error: a short description when the response failed.
+        extra: backend-specific details (e.g. token usage).
+    """
+
+    stamp: Stamp
+    text: str = ""
+    error: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    #: passes the stale-work gate: even a cancelled response must end
+    bypasses_gate = True

@@ -1,0 +1,235 @@
+"""Wiring stages into a running pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from speech_to_speech.audio_io import (
+    AudioDeviceError,
+    FileSink,
+    FileSource,
+    MicrophoneSource,
+    NullSink,
+    SpeakerSink,
+    StreamClock,
+    TextSource,
+    check_input_device,
+    check_output_device,
+)
+from speech_to_speech.cancel import Gate
+from speech_to_speech.cli import config_from_args
+from speech_to_speech.events import EventBus
+from speech_to_speech.handler import BaseHandler
+from speech_to_speech.queues import StageQueue
+from speech_to_speech.registry import get_backend
+from speech_to_speech.vad import SAMPLE_RATE
+
+logger = logging.getLogger(__name__)
+
+#: playback rate of the speaker sink, Hz (TTS audio is resampled once, here)
+SPEAKER_RATE = 24_000
+#: queue capacities (items) between stages
+QUEUE_SIZES = {"audio": 256, "segments": 8, "transcripts": 8, "tts_inputs": 32, "audio_out": 64}
+
+
+class PipelineError(RuntimeError):
+    """The pipeline could not be built or started (bad input, missing device, model failed)."""
+
+
+def resolve_device(device: str) -> str:
+    """Map ``"auto"`` to ``"cuda"``, ``"mps"`` or ``"cpu"`` by what torch sees."""
+    if device != "auto":
+        return device
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+@dataclass
+class Pipeline:
+    """A chain of started-or-not stages sharing one stop event, gate and bus.
+
+    Attributes:
+        stages: in data-flow order; the first is the source, the last the sink.
+    """
+
+    stages: list[BaseHandler]
+    stop_event: threading.Event
+    gate: Gate
+    bus: EventBus
+    clock: StreamClock
+    queues: list[StageQueue] = field(default_factory=list)
+
+    @property
+    def source(self) -> BaseHandler:
+        return self.stages[0]
+
+    @property
+    def sink(self) -> BaseHandler:
+        return self.stages[-1]
+
+    def start(self, setup_timeout_s: float | None = None) -> dict[str, float]:
+        """Start every stage, wait until all have loaded, then start the source.
+
+        Models load in parallel, one thread per stage.
+
+        Returns:
+            Setup seconds per stage name.
+
+        Raises:
+            PipelineError: if any stage fails in setup (the others are stopped).
+        """
+        began = time.monotonic()
+        for stage in self.stages[1:]:
+            stage.start()
+        for stage in self.stages[1:]:
+            while not stage.ready.wait(0.1):
+                if self.stop_event.is_set() or (setup_timeout_s and time.monotonic() - began > setup_timeout_s):
+                    break
+        failed = [s for s in self.stages[1:] if s.setup_error is not None]
+        if failed or self.stop_event.is_set():
+            self.stop()
+            if failed:
+                raise PipelineError(_describe(failed[0].setup_error))
+            raise PipelineError("stopped while loading models")
+        loaded = {s.name: getattr(s, "load_seconds", None) or 0.0 for s in self.stages[1:]}
+        self.source.start()
+        return loaded
+
+    def wait(self, poll_s: float = 0.2) -> None:
+        """Block until the sink has finished (end of input) or a stop was requested."""
+        while self.sink.is_alive() and not self.stop_event.is_set():
+            self.sink.join(poll_s)
+        if self.source.setup_error is not None:
+            raise PipelineError(_describe(self.source.setup_error))
+
+    def stop(self, timeout_s: float = 2.0) -> list[str]:
+        """Signal every stage to stop and join them within ``timeout_s`` in total.
+
+        Returns:
+            Names of threads still alive after the timeout (normally empty).
+        """
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout_s
+        for stage in self.stages:
+            if stage.is_alive():
+                stage.join(max(0.0, deadline - time.monotonic()))
+        return [s.name for s in self.stages if s.is_alive()]
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, (FileNotFoundError, ValueError, AudioDeviceError, PipelineError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pipeline:
+    """Build (but do not start) the pipeline that ``args`` describe.
+
+    Modes: ``--input_text`` (text → LLM → TTS), ``--input_audio`` (file → VAD →
+    STT → LLM → TTS), else the microphone. Output: ``--output_audio`` WAV, else
+    the speaker (discarded with a warning when input is a file or text and no
+    speaker exists).
+
+    Raises:
+        UnknownBackendError, BackendUnavailableError: bad backend selection.
+        PipelineError: no microphone for live mode.
+    """
+    bus = bus or EventBus()
+    stop = threading.Event()
+    gate = Gate()
+    clock = StreamClock()
+    device = resolve_device(args.device)
+    queues: list[StageQueue] = []
+    stages: list[BaseHandler] = []
+
+    def link(name: str) -> StageQueue:
+        q = StageQueue(QUEUE_SIZES[name])
+        queues.append(q)
+        return q
+
+    common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
+
+    def backend_stage(stage: str, name: str, inq: StageQueue, outq: StageQueue) -> BaseHandler:
+        backend = get_backend(stage, name)
+        handler_cls = backend.load_handler_class()
+        config = config_from_args(backend.config_cls, args)
+        return handler_cls(
+            input_queue=inq, output_queue=outq, config=config, device=device, name=f"{stage}:{name}", **common
+        )
+
+    # resolve every backend first so a bad name fails before anything loads
+    chosen = {"llm": args.llm_backend, "tts": args.tts}
+    if not args.input_text:
+        chosen = {"vad": args.vad, "stt": args.stt, **chosen}
+    for stage, name in chosen.items():
+        get_backend(stage, name)
+
+    if args.input_text:
+        transcripts = link("transcripts")
+        stages.append(
+            TextSource(output_queue=transcripts, texts=list(args.input_text), clock=clock, name="source:text", **common)
+        )
+    else:
+        audio = link("audio")
+        if args.input_audio:
+            source: BaseHandler = FileSource(
+                output_queue=audio,
+                path=args.input_audio,
+                clock=clock,
+                speed=args.input_speed,
+                name="source:file",
+                **common,
+            )
+        else:
+            _require(check_input_device, SAMPLE_RATE)
+            source = MicrophoneSource(output_queue=audio, clock=clock, name="source:microphone", **common)
+        stages.append(source)
+        segments, transcripts = link("segments"), link("transcripts")
+        stages.append(backend_stage("vad", args.vad, audio, segments))
+        stages.append(backend_stage("stt", args.stt, segments, transcripts))
+    tts_inputs, audio_out = link("tts_inputs"), link("audio_out")
+    stages.append(backend_stage("llm", args.llm_backend, transcripts, tts_inputs))
+    stages.append(backend_stage("tts", args.tts, tts_inputs, audio_out))
+    stages.append(_make_sink(args, audio_out, clock, common))
+    return Pipeline(stages, stop, gate, bus, clock, queues)
+
+
+_NO_DEVICE_HINT = (
+    "on a machine without audio devices use --input_audio FILE or --input_text TEXT, with --output_audio out.wav"
+)
+
+
+def _require(check: Callable[[int], Any], sample_rate: int) -> None:
+    try:
+        check(sample_rate)
+    except AudioDeviceError as exc:
+        raise PipelineError(f"{exc}; {_NO_DEVICE_HINT}") from None
+
+
+def _make_sink(
+    args: argparse.Namespace, queue_in: StageQueue, clock: StreamClock, common: dict[str, Any]
+) -> BaseHandler:
+    if args.output_audio:
+        return FileSink(input_queue=queue_in, path=args.output_audio, clock=clock, name="sink:file", **common)
+    if not (args.input_audio or args.input_text):
+        _require(check_output_device, SPEAKER_RATE)
+        return SpeakerSink(input_queue=queue_in, sample_rate=SPEAKER_RATE, name="sink:speaker", **common)
+    try:
+        check_output_device(SPEAKER_RATE)
+    except AudioDeviceError as exc:
+        logger.warning("%s: the assistant's audio is discarded (use --output_audio out.wav to keep it)", exc)
+        return NullSink(input_queue=queue_in, name="sink:null", **common)
+    return SpeakerSink(input_queue=queue_in, sample_rate=SPEAKER_RATE, name="sink:speaker", **common)

@@ -1,0 +1,67 @@
+"""Bounded inter-stage queues with a flush API.
+
+All stage-to-stage queues are :class:`StageQueue` instances: a
+:class:`queue.Queue` that must have a ``maxsize`` and that can drop stale
+items without callers touching ``queue.mutex``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+DEFAULT_MAXSIZE = 64
+
+
+class StageQueue(queue.Queue):
+    """A bounded FIFO between two stages.
+
+    Args:
+        maxsize: capacity in items; must be >= 1 (unbounded queues are refused).
+
+    Raises:
+        ValueError: if ``maxsize`` < 1.
+    """
+
+    def __init__(self, maxsize: int = DEFAULT_MAXSIZE) -> None:
+        if maxsize < 1:
+            raise ValueError(f"stage queues must be bounded, got maxsize={maxsize}")
+        super().__init__(maxsize)
+
+    def put_unless_stopped(self, item: Any, stop: threading.Event, poll_s: float = 0.1) -> bool:
+        """Block until ``item`` fits (backpressure) or ``stop`` is set.
+
+        Returns:
+            True if the item was enqueued, False if ``stop`` was set first.
+        """
+        while not stop.is_set():
+            try:
+                self.put(item, timeout=poll_s)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def drop_where(self, predicate: Callable[[Any], bool]) -> int:
+        """Remove every queued item for which ``predicate`` is true, keeping order.
+
+        Returns:
+            The number of items removed. Waiting producers are woken if space freed.
+        """
+        with self.mutex:
+            kept = [item for item in self.queue if not predicate(item)]
+            removed = len(self.queue) - len(kept)
+            if removed:
+                self.queue.clear()
+                self.queue.extend(kept)
+                self.unfinished_tasks = max(0, self.unfinished_tasks - removed)
+                if self.unfinished_tasks == 0:
+                    self.all_tasks_done.notify_all()
+                self.not_full.notify_all()
+            return removed
+
+    def clear(self) -> int:
+        """Remove all queued items. Returns how many were removed."""
+        return self.drop_where(lambda _item: True)

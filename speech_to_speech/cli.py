@@ -105,6 +105,7 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="s2s_pipeline.py",
         description="speech-to-speech: a low-latency voice agent (VAD -> STT -> LLM -> TTS).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--config", metavar="PATH.json", help="load a JSON preset (flags override it)")
     for stage, flag in (("vad", "--vad"), ("stt", "--stt"), ("llm", "--llm_backend"), ("tts", "--tts")):

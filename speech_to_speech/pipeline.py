@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 #: playback rate of the speaker sink, Hz (TTS audio is resampled once, here)
 SPEAKER_RATE = 24_000
+#: silence fed after an input file, on top of --min_silence_ms, seconds
+FILE_TAIL_SILENCE_S = 0.5
 #: queue capacities (items) between stages
 QUEUE_SIZES = {"audio": 256, "segments": 8, "transcripts": 8, "tts_inputs": 32, "audio_out": 64}
 
@@ -190,6 +192,8 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
                 path=args.input_audio,
                 clock=clock,
                 speed=args.input_speed,
+                # a microphone keeps hearing the room after the last word; so does the file
+                tail_silence_s=FILE_TAIL_SILENCE_S + args.min_silence_ms / 1000,
                 name="source:file",
                 **common,
             )

@@ -108,4 +108,14 @@ register(
         summary="Hugging Face transformers (embedded SmolLM2-135M-Instruct)",
     )
 )
+register(
+    Backend(
+        "mlx-lm",
+        "llm",
+        LLMConfig,
+        "handlers.llm.mlx_lm_llm:MLXLMHandler",
+        extra="mlx",
+        summary="mlx-lm (Apple Silicon; Linux CPU via mlx[cpu])",
+    )
+)
 register(Backend("piper", "tts", TTSConfig, "handlers.tts.piper_tts:PiperTTSHandler", summary="Piper (embedded voice)"))

@@ -1,0 +1,47 @@
+"""mlx-lm: Apple Silicon (Metal), and Linux CPU through ``mlx[cpu]``.
+
+The default model is the embedded SmolLM2-135M-Instruct, converted once into a
+safetensors folder (see :mod:`handlers.llm.embedded`); ``--llm_model`` also
+takes an MLX model folder or a hub id such as
+``mlx-community/Qwen2.5-1.5B-Instruct-4bit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from handlers.llm.embedded import resolve_model
+from speech_to_speech.chat import Message
+from speech_to_speech.llm import BaseLLMHandler
+
+
+class MLXLMHandler(BaseLLMHandler):
+    """Streams replies with ``mlx_lm.stream_generate``; stops between tokens when cancelled."""
+
+    def load(self) -> None:
+        from mlx_lm import load
+
+        self.model, self.tokenizer = load(resolve_model(self.config.llm_model))
+        for _ in self.stream([{"role": "user", "content": "Hi"}], lambda: False, max_new_tokens=2):
+            pass
+
+    def stream(
+        self, messages: list[Message], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+    ) -> Iterator[str]:
+        from mlx_lm import stream_generate
+        from mlx_lm.sample_utils import make_repetition_penalty, make_sampler
+
+        prompt: Any = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        for response in stream_generate(
+            self.model,
+            self.tokenizer,
+            prompt,
+            max_tokens=max_new_tokens or self.config.max_new_tokens,
+            sampler=make_sampler(temp=self.config.temperature),
+            logits_processors=[make_repetition_penalty(1.1)],
+        ):
+            if should_stop():
+                return
+            if response.text:
+                yield response.text

@@ -137,6 +137,8 @@ class Endpointer:
         chunks = self._chunks[:keep]
         long_enough = self._speech_chunks >= self._min_speech_chunks
         speech_end = self._last_speech_end
+        if self._pad_chunks:  # the trimmed silence is the next utterance's pre-roll
+            self._preroll.extend(self._chunks[keep:])
         self.in_speech = False
         self._chunks = []
         self._speech_chunks = 0

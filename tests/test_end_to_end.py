@@ -132,9 +132,9 @@ def test_input_text_produces_replies_and_audio(tmp_path: Path) -> None:
 def test_sigint_stops_all_threads(tmp_path: Path) -> None:
     clip = max(CLIPS, key=lambda p: sf.info(str(p)).duration)
     transcript = tmp_path / "t.jsonl"
+    flags = ["--input_audio", str(clip), "--output_audio", str(tmp_path / "o.wav"), "--transcript", str(transcript)]
     proc = subprocess.Popen(
-        [sys.executable, "s2s_pipeline.py", "--input_audio", str(clip), "--output_audio", str(tmp_path / "o.wav")]
-        + ["--transcript", str(transcript), "--log_level", "info"],
+        [sys.executable, "s2s_pipeline.py", *flags, "--log_level", "info"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

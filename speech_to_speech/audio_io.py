@@ -273,7 +273,9 @@ class BaseAudioSink(BaseHandler):
             self._resampler_rate = item.sample_rate
         return self._resampler.resample_chunk(item.samples, last=last)
 
-    def process(self, item: AudioOutput | EndOfResponse) -> Iterator[None]:
+    def process(self, item: Any) -> Iterator[None]:
+        if not isinstance(item, (AudioOutput, EndOfResponse)):  # text deltas, tool calls: shown via events
+            return iter(())
         if isinstance(item, EndOfResponse):
             if self._resampler is not None:
                 tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True)

@@ -1,70 +1,803 @@
-"""Conversation history for the LLM stage."""
+"""Conversation history for the LLM stage: bounded, transactional and thread-safe.
+
+Items are plain dicts in a neutral form close to the OpenAI Responses API:
+
+- message: ``{"id", "type": "message", "role": "user" | "assistant" | "system", "content": str | [part, ...]}``
+  where a part is ``{"type": "input_text" | "output_text", "text": str}`` or
+  ``{"type": "input_audio", "audio": <base64 str>, "transcript": str | None}``;
+- function call: ``{"id", "type": "function_call", "call_id", "name", "arguments": <JSON string>}``;
+- function call output: ``{"id", "type": "function_call_output", "call_id", "output": str}``.
+
+:class:`Chat` keeps the system prompt apart from the items. Its size is counted in user turns (a user
+message and everything up to the next user message). Three mechanisms keep it valid and bounded:
+
+- **Function-call pairing.** A ``function_call_output`` is only accepted for a known ``call_id``.
+  Calls are also remembered apart (until their output arrives), so an output for a call that was
+  evicted re-injects the call right before it instead of leaving an orphan.
+- **Transactions.** The LLM stage writes a response's items *provisionally* under a response key as
+  soon as they are exposed (a tool call must be in history before the client can answer it), then
+  finalizes them on success or rolls them back on failure. Cancellation leaves a tombstone so that a
+  write racing behind it is refused.
+- **Bounds.** :meth:`Chat.trim_if_needed` (called after each successful response) evicts the oldest
+  whole turns, or summarises them in a background thread with a compactor. :meth:`Chat.add_item`
+  also enforces a hard cap of ``2 * size`` user turns inline.
+
+:func:`to_chat_messages` and :func:`to_responses_input` serialise items for the two OpenAI-style APIs.
+"""
 
 from __future__ import annotations
 
 import copy
+import logging
 import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-Message = dict[str, Any]
+logger = logging.getLogger(__name__)
+
+Item = dict[str, Any]
+Message = Item  # an older name for a history entry, kept for importers
+
+Compactor = Callable[[list[Item]], tuple[str, str]]
+"""Summarises history items into ``(user summary text, assistant summary text)``; may raise."""
+
+MAX_TOMBSTONES = 128
+"""Cancelled response keys remembered (the newest ones)."""
+
+MAX_PENDING_CALLS = 256
+"""Function calls remembered while they wait for their output (the newest ones)."""
+
+AUDIO_PLACEHOLDER = "[audio message]"
+"""Text standing for an audio part without a transcript when serialising."""
+
+EARLIER_AUDIO_PLACEHOLDER = "[earlier audio message]"
+"""Text replacing an old audio part without a transcript in :meth:`Chat.compact_audio_history`."""
+
+_ITEM_TYPES = ("message", "function_call", "function_call_output")
+_ROLES = ("user", "assistant", "system")
+_TEXT_PART_TYPES = ("input_text", "output_text")
+
+
+class ChatItemError(ValueError):
+    """An item that cannot be added to the history (malformed, duplicate id, or unpaired output)."""
+
+
+def new_item_id() -> str:
+    """A fresh item id: ``"item_"`` followed by a uuid4 in hex."""
+    return "item_" + uuid.uuid4().hex
+
+
+@dataclass
+class _Provisional:
+    """What one response key wrote provisionally, so it can be undone exactly."""
+
+    item_ids: list[str] = field(default_factory=list)
+    # call_ids this key added to the pending-calls map
+    added_calls: list[str] = field(default_factory=list)
+    # pending calls this key's outputs consumed (restored on rollback)
+    consumed_calls: dict[str, Item] = field(default_factory=dict)
+
+
+@dataclass
+class _CompactionJob:
+    gen: int
+    item_ids: set[str]
+    items: list[Item]
 
 
 class Chat:
-    """A bounded, thread-safe list of chat messages (OpenAI-style role/content dicts).
+    """A bounded, transactional, thread-safe conversation history.
 
-    The system prompt is kept apart and always comes first. History holds at
-    most ``max_turns`` user turns; committing a newer one evicts the oldest
-    whole turn (the user message and everything up to the next user message).
+    Args:
+        size: the soft bound, in user turns (>= 1). :meth:`trim_if_needed` brings the history back to
+            it; :meth:`add_item` evicts inline above ``2 * size``.
+        system_prompt: the system message text ("" for none); kept apart from the items, settable.
+        compactor: when given, :meth:`trim_if_needed` summarises older turns with it in a background
+            thread instead of evicting them. Called with a deep copy of the items to summarise, it
+            returns ``(user summary text, assistant summary text)`` and may raise.
+
+    Raises:
+        ValueError: if ``size`` < 1.
+
+    All methods take one lock (the background compaction worker included). The compactor itself runs
+    outside the lock.
+    """
+
+    def __init__(self, size: int = 8, system_prompt: str = "", compactor: Compactor | None = None) -> None:
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        self.size = size
+        self.system_prompt = system_prompt
+        self.compactor = compactor
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)
+        self._buffer: list[Item] = []
+        self._pending_calls: OrderedDict[str, Item] = OrderedDict()
+        self._provisional: dict[str, _Provisional] = {}
+        self._tombstones: OrderedDict[str, None] = OrderedDict()
+        self._gen = 0
+        self._closed = False
+        self._compaction_gen: int | None = None  # generation of the compaction in flight, if any
+        self._workers = 0  # compaction threads still running (of any generation)
+
+    # ------------------------------------------------------------------ adding
+
+    def add_item(self, item: dict) -> dict:
+        """Append one item and return a copy of it as stored.
+
+        An ``"id"`` is assigned if missing (``"item_" + uuid hex``). A ``function_call`` is stored and
+        also remembered by ``call_id`` until its output arrives. A ``function_call_output`` must answer
+        a known call: one in the history, or one evicted from it, which is then re-injected right
+        before the output. If the history then holds more than ``2 * size`` user turns, the oldest
+        whole turns are evicted.
+
+        Args:
+            item: a message, function_call or function_call_output dict (see the module docstring).
+
+        Returns:
+            A deep copy of the stored item (with its id).
+
+        Raises:
+            ChatItemError: malformed item, an id already in the history, a ``call_id`` already used by
+                another call, or an output for an unknown call (or for a call already answered).
+        """
+        with self._lock:
+            stored = self._add_locked(item, None)
+            self._enforce_hard_cap_locked()
+            return copy.deepcopy(stored)
+
+    def append_tool_output(self, call_id: str, output: str) -> dict:
+        """Add a ``function_call_output`` answering ``call_id``; see :meth:`add_item`.
+
+        Returns:
+            A copy of the stored output item.
+
+        Raises:
+            ChatItemError: the call is unknown or already answered, or the arguments are not strings.
+        """
+        return self.add_item({"type": "function_call_output", "call_id": call_id, "output": output})
+
+    # ------------------------------------------------------------------ reading
+
+    def items(self) -> list[dict]:
+        """A deep copy of the history items, oldest first (without the system prompt)."""
+        with self._lock:
+            return copy.deepcopy(self._buffer)
+
+    @property
+    def user_turns(self) -> int:
+        """The number of user messages in the history."""
+        with self._lock:
+            return self._user_turns_locked()
+
+    # ------------------------------------------------------------------ transactions
+
+    def add_provisional_generation_items(self, response_key: str, items: list[dict]) -> list[dict] | None:
+        """Add a response's items atomically, recorded as provisional under ``response_key``.
+
+        Either every item is added (with the same rules as :meth:`add_item`) or none is: on any error
+        the buffer, the pending calls and the provisional records are restored, and the error is
+        re-raised. May be called several times for one key (e.g. a tool call early, the assistant
+        message at the end); the items accumulate under the key.
+
+        Args:
+            response_key: identifies the response (e.g. its response id).
+            items: the items to add, in order.
+
+        Returns:
+            Copies of the stored items, or ``None`` if ``response_key`` was cancelled (nothing is
+            written then).
+
+        Raises:
+            ChatItemError: an item is invalid (see :meth:`add_item`); the history is unchanged.
+        """
+        with self._lock:
+            if response_key in self._tombstones:
+                return None
+            saved_buffer = list(self._buffer)
+            saved_pending = OrderedDict(self._pending_calls)
+            saved_provisional = {
+                key: _Provisional(list(rec.item_ids), list(rec.added_calls), dict(rec.consumed_calls))
+                for key, rec in self._provisional.items()
+            }
+            try:
+                record = self._provisional.setdefault(response_key, _Provisional())
+                stored = [self._add_locked(item, record) for item in items]
+                self._enforce_hard_cap_locked()
+            except BaseException:
+                self._buffer = saved_buffer
+                self._pending_calls = saved_pending
+                self._provisional = saved_provisional
+                raise
+            if not record.item_ids and not record.added_calls and not record.consumed_calls:
+                del self._provisional[response_key]
+            return copy.deepcopy(stored)
+
+    def finalize_provisional_generation(self, response_key: str) -> None:
+        """Make ``response_key``'s provisional items permanent (they stay; nothing to roll back)."""
+        with self._lock:
+            self._provisional.pop(response_key, None)
+
+    def rollback_provisional_generation(self, response_key: str) -> None:
+        """Remove exactly the items written provisionally under ``response_key``.
+
+        Their calls leave the pending-calls map, calls their outputs had answered become pending
+        again, and outputs later added for the removed calls are dropped too. Items added by anyone
+        else meanwhile stay. Unknown or finalized keys are a no-op.
+        """
+        with self._lock:
+            self._rollback_locked(response_key)
+
+    def cancel_provisional_generation(self, response_key: str) -> None:
+        """Roll back ``response_key`` and leave a tombstone so a later add for it returns ``None``.
+
+        Only the newest :data:`MAX_TOMBSTONES` tombstones are kept.
+        """
+        with self._lock:
+            self._rollback_locked(response_key)
+            self._tombstones.pop(response_key, None)
+            self._tombstones[response_key] = None
+            while len(self._tombstones) > MAX_TOMBSTONES:
+                self._tombstones.popitem(last=False)
+
+    def copy_without_provisional_generation(self, response_key: str) -> Chat:
+        """An independent copy of this chat without ``response_key``'s provisional items.
+
+        The copy has the same size, system prompt, pending calls, tombstones and the other keys'
+        provisional records, but no compactor (it never starts background work) and shares no state.
+        """
+        with self._lock:
+            clone = Chat(self.size, self.system_prompt)
+            clone._buffer = copy.deepcopy(self._buffer)
+            clone._pending_calls = copy.deepcopy(self._pending_calls)
+            clone._provisional = copy.deepcopy(self._provisional)
+            clone._tombstones = OrderedDict(self._tombstones)
+            clone._rollback_locked(response_key)
+            return clone
+
+    # ------------------------------------------------------------------ bounds
+
+    def trim_if_needed(self) -> None:
+        """Bring the history back to ``size`` user turns; call after each successful response.
+
+        Without a compactor (or once closed), evicts the oldest whole turns synchronously, then drops
+        ``function_call_output`` items whose call is gone. With a compactor, starts a background
+        summary of the turns before the newest user message (and before any provisional item) instead,
+        if at least two turns are there; nothing happens while a compaction is already in flight.
+        """
+        with self._lock:
+            if self._user_turns_locked() <= self.size:
+                return
+            if self.compactor is None or self._closed:
+                while self._user_turns_locked() > self.size:
+                    self._evict_oldest_turn_locked()
+                self._drop_orphan_outputs_locked()
+                return
+            if self._compaction_gen == self._gen:
+                logger.debug("history compaction already in flight; skipped")
+                return
+            job = self._snapshot_for_compaction_locked()
+            if job is None:
+                return
+            self._compaction_gen = job.gen
+            self._workers += 1
+            compactor = self.compactor
+        worker = threading.Thread(
+            target=self._compact_worker, args=(job, compactor), name="chat-compaction", daemon=True
+        )
+        try:
+            worker.start()
+        except BaseException:
+            with self._lock:
+                self._finish_worker_locked(job.gen)
+            raise
+
+    def wait_for_compaction(self, timeout: float | None = None) -> bool:
+        """Wait until no compaction thread is running.
+
+        Args:
+            timeout: seconds to wait at most (None: no limit).
+
+        Returns:
+            True if none is running (any more), False on timeout.
+        """
+        with self._idle:
+            return self._idle.wait_for(lambda: self._workers == 0, timeout)
+
+    def compact_audio_history(self, max_audio_turns: int) -> None:
+        """Keep audio only in the newest ``max_audio_turns`` user messages that have audio.
+
+        In older user messages every ``input_audio`` part becomes ``{"type": "input_text", "text": t}``
+        where ``t`` is its transcript, or :data:`EARLIER_AUDIO_PLACEHOLDER` without one. Items, roles
+        and order are unchanged.
+
+        Raises:
+            ValueError: if ``max_audio_turns`` < 0.
+        """
+        if max_audio_turns < 0:
+            raise ValueError(f"max_audio_turns must be >= 0, got {max_audio_turns}")
+        with self._lock:
+            kept = 0
+            for index in range(len(self._buffer) - 1, -1, -1):
+                item = self._buffer[index]
+                if not (_is_user_message(item) and _has_audio(item)):
+                    continue
+                if kept < max_audio_turns:
+                    kept += 1
+                    continue
+                content = [_audio_to_text(part) for part in item["content"]]
+                self._buffer[index] = {**item, "content": content}
+
+    # ------------------------------------------------------------------ editing
+
+    def replace_user_message_text(self, item_id: str, text: str) -> bool:
+        """Replace the text of the user message ``item_id`` (e.g. with a better transcript).
+
+        A string content becomes ``text``. In a list content the text parts are replaced by one
+        ``input_text`` part (where the first one was) and audio parts get ``text`` as their transcript;
+        a list with neither gets an ``input_text`` part appended.
+
+        Returns:
+            True if the message was found and edited, False if there is no user message ``item_id``.
+        """
+        with self._lock:
+            for index, item in enumerate(self._buffer):
+                if item.get("id") == item_id and _is_user_message(item):
+                    self._buffer[index] = {**item, "content": _replace_text(item["content"], text)}
+                    return True
+            return False
+
+    def remove_user_message(self, item_id: str) -> bool:
+        """Remove the user message ``item_id`` (withdraw a speculative user turn).
+
+        Returns:
+            True if it was removed, False if there is no user message ``item_id``.
+        """
+        with self._lock:
+            for index, item in enumerate(self._buffer):
+                if item.get("id") == item_id and _is_user_message(item):
+                    del self._buffer[index]
+                    for record in self._provisional.values():
+                        if item_id in record.item_ids:
+                            record.item_ids.remove(item_id)
+                    return True
+            return False
+
+    # ------------------------------------------------------------------ life cycle
+
+    def reset(self) -> None:
+        """Forget all items, pending calls and provisional records (the system prompt stays).
+
+        Bumps the generation, so a compaction in flight is discarded. Tombstones are kept, so a late
+        write for a cancelled response is still refused.
+        """
+        with self._lock:
+            self._buffer = []
+            self._pending_calls = OrderedDict()
+            self._provisional = {}
+            self._gen += 1
+            self._compaction_gen = None
+
+    def close(self) -> None:
+        """Discard any compaction in flight and start no new one (bumps the generation).
+
+        The history stays usable; :meth:`trim_if_needed` evicts synchronously from now on.
+        """
+        with self._lock:
+            self._closed = True
+            self._gen += 1
+            self._compaction_gen = None
+
+    # ------------------------------------------------------------------ internals (lock held)
+
+    def _user_turns_locked(self) -> int:
+        return sum(1 for item in self._buffer if _is_user_message(item))
+
+    def _index_of_call_locked(self, call_id: str) -> int | None:
+        for index, item in enumerate(self._buffer):
+            if item["type"] == "function_call" and item["call_id"] == call_id:
+                return index
+        return None
+
+    def _has_output_locked(self, call_id: str) -> bool:
+        return any(item["type"] == "function_call_output" and item["call_id"] == call_id for item in self._buffer)
+
+    def _add_locked(self, item: dict, record: _Provisional | None) -> Item:
+        stored = _validated_copy(item)
+        if any(existing["id"] == stored["id"] for existing in self._buffer):
+            raise ChatItemError(f"an item with id {stored['id']!r} is already in the history")
+        kind = stored["type"]
+        if kind == "function_call":
+            call_id = stored["call_id"]
+            if call_id in self._pending_calls or self._index_of_call_locked(call_id) is not None:
+                raise ChatItemError(f"a function_call with call_id {call_id!r} already exists")
+            self._buffer.append(stored)
+            self._remember_call_locked(stored)
+            if record is not None:
+                record.item_ids.append(stored["id"])
+                record.added_calls.append(call_id)
+            return stored
+        if kind == "function_call_output":
+            call_id = stored["call_id"]
+            in_buffer = self._index_of_call_locked(call_id) is not None
+            if in_buffer and self._has_output_locked(call_id):
+                raise ChatItemError(f"the function_call {call_id!r} already has an output")
+            if not in_buffer and call_id not in self._pending_calls:
+                raise ChatItemError(f"no function_call with call_id {call_id!r} found")
+            call = self._pending_calls.pop(call_id, None)
+            if record is not None and call is not None and call_id not in record.added_calls:
+                record.consumed_calls[call_id] = call
+            if not in_buffer:
+                assert call is not None
+                logger.info("re-injecting evicted function_call %s (%s)", call_id, call.get("name"))
+                reinjected = copy.deepcopy(call)
+                if any(existing["id"] == reinjected["id"] for existing in self._buffer):
+                    reinjected["id"] = new_item_id()
+                self._buffer.append(reinjected)
+                if record is not None:
+                    record.item_ids.append(reinjected["id"])
+            self._buffer.append(stored)
+            if record is not None:
+                record.item_ids.append(stored["id"])
+            return stored
+        self._buffer.append(stored)
+        if record is not None:
+            record.item_ids.append(stored["id"])
+        return stored
+
+    def _remember_call_locked(self, call: Item) -> None:
+        self._pending_calls[call["call_id"]] = copy.deepcopy(call)
+        while len(self._pending_calls) > MAX_PENDING_CALLS:
+            self._pending_calls.popitem(last=False)
+
+    def _enforce_hard_cap_locked(self) -> None:
+        limit = 2 * self.size
+        if self._user_turns_locked() <= limit:
+            return
+        logger.warning("history over the hard cap of %d user turns; evicting the oldest", limit)
+        while self._user_turns_locked() > limit:
+            self._evict_oldest_turn_locked()
+        self._drop_orphan_outputs_locked()
+
+    def _evict_oldest_turn_locked(self) -> None:
+        """Delete everything up to (not including) the second user message: the oldest whole turn
+        together with any items before the first user message."""
+        seen_user = False
+        end = len(self._buffer)
+        for index, item in enumerate(self._buffer):
+            if _is_user_message(item):
+                if seen_user:
+                    end = index
+                    break
+                seen_user = True
+        del self._buffer[:end]
+
+    def _drop_orphan_outputs_locked(self) -> None:
+        calls = {item["call_id"] for item in self._buffer if item["type"] == "function_call"}
+        self._buffer = [
+            item for item in self._buffer if item["type"] != "function_call_output" or item["call_id"] in calls
+        ]
+
+    def _rollback_locked(self, response_key: str) -> None:
+        record = self._provisional.pop(response_key, None)
+        if record is None:
+            return
+        ids = set(record.item_ids)
+        self._buffer = [item for item in self._buffer if item["id"] not in ids]
+        for call_id in record.added_calls:
+            self._pending_calls.pop(call_id, None)
+        for call_id, call in record.consumed_calls.items():
+            if not self._has_output_locked(call_id):
+                self._remember_call_locked(call)
+        self._drop_orphan_outputs_locked()
+
+    def _snapshot_for_compaction_locked(self) -> _CompactionJob | None:
+        user_indexes = [index for index, item in enumerate(self._buffer) if _is_user_message(item)]
+        if not user_indexes:
+            return None
+        end = user_indexes[-1]  # the newest user turn is never compacted
+        provisional_ids = {item_id for record in self._provisional.values() for item_id in record.item_ids}
+        for index, item in enumerate(self._buffer[:end]):
+            if item["id"] in provisional_ids:
+                end = index  # nor is anything a response may still roll back
+                break
+        span = self._buffer[:end]
+        if sum(1 for item in span if _is_user_message(item)) < 2:
+            return None
+        return _CompactionJob(self._gen, {item["id"] for item in span}, copy.deepcopy(span))
+
+    def _finish_worker_locked(self, gen: int) -> None:
+        if self._compaction_gen == gen:
+            self._compaction_gen = None
+        self._workers -= 1
+        self._idle.notify_all()
+
+    def _compact_worker(self, job: _CompactionJob, compactor: Compactor) -> None:
+        try:
+            with self._lock:
+                if self._gen != job.gen:
+                    return
+            try:
+                summary = compactor(job.items)
+            except Exception:
+                logger.exception("history compaction failed; history left unchanged")
+                return
+            with self._lock:
+                if self._gen != job.gen:
+                    logger.debug("history compaction result discarded (history was reset or closed)")
+                    return
+                if not _valid_summary(summary):
+                    logger.error("history compaction returned %r, not two non-empty strings; ignored", summary)
+                    return
+                self._apply_compaction_locked(job, summary)
+        finally:
+            with self._lock:
+                self._finish_worker_locked(job.gen)
+
+    def _apply_compaction_locked(self, job: _CompactionJob, summary: tuple[str, str]) -> None:
+        """Replace exactly the summarised items with one user/assistant summary pair at the front.
+
+        A summarised ``function_call`` whose output lies outside the summarised items stays (after the
+        pair), so the output keeps its call. Summarised calls still without output are dropped from the
+        buffer only; they stay in the pending-calls map and are re-injected when their output arrives.
+        """
+        outputs_outside = {
+            item["call_id"]
+            for item in self._buffer
+            if item["type"] == "function_call_output" and item["id"] not in job.item_ids
+        }
+        kept: list[Item] = []
+        rest: list[Item] = []
+        for item in self._buffer:
+            if item["id"] not in job.item_ids:
+                rest.append(item)
+            elif item["type"] == "function_call" and item["call_id"] in outputs_outside:
+                kept.append(item)
+        user_text, assistant_text = summary
+        pair = [
+            {"id": new_item_id(), "type": "message", "role": "user", "content": user_text},
+            {"id": new_item_id(), "type": "message", "role": "assistant", "content": assistant_text},
+        ]
+        self._buffer = pair + kept + rest
+        logger.info("history compacted: %d items summarised", len(job.item_ids))
+
+
+# ---------------------------------------------------------------------- item helpers
+
+
+def _is_user_message(item: Item) -> bool:
+    return item.get("type") == "message" and item.get("role") == "user"
+
+
+def _has_audio(item: Item) -> bool:
+    content = item.get("content")
+    return isinstance(content, list) and any(part.get("type") == "input_audio" for part in content)
+
+
+def _audio_to_text(part: dict) -> dict:
+    if part.get("type") != "input_audio":
+        return part
+    return {"type": "input_text", "text": part.get("transcript") or EARLIER_AUDIO_PLACEHOLDER}
+
+
+def _replace_text(content: str | list[dict], text: str) -> str | list[dict]:
+    if isinstance(content, str):
+        return text
+    parts: list[dict] = []
+    placed = False
+    for part in content:
+        if part["type"] in _TEXT_PART_TYPES:
+            if not placed:
+                parts.append({"type": "input_text", "text": text})
+                placed = True
+        elif part["type"] == "input_audio":
+            parts.append({**part, "transcript": text})
+        else:
+            parts.append(part)
+    if not parts:
+        parts.append({"type": "input_text", "text": text})
+    return parts
+
+
+def _valid_summary(summary: object) -> bool:
+    return (
+        isinstance(summary, (tuple, list))
+        and len(summary) == 2
+        and all(isinstance(text, str) and text.strip() for text in summary)
+    )
+
+
+def _require_str(item: dict, key: str, *, non_empty: bool = False) -> None:
+    value = item.get(key)
+    if not isinstance(value, str) or (non_empty and not value):
+        raise ChatItemError(f"{item.get('type')} item needs a {'non-empty ' if non_empty else ''}string {key!r}")
+
+
+def _validated_copy(item: dict) -> Item:
+    """A deep copy of ``item`` with an id, after checking its shape."""
+    if not isinstance(item, dict):
+        raise ChatItemError(f"an item must be a dict, got {type(item).__name__}")
+    stored = copy.deepcopy(item)
+    kind = stored.get("type")
+    if kind not in _ITEM_TYPES:
+        raise ChatItemError(f"unknown item type {kind!r}")
+    if stored.get("id") is None:
+        stored["id"] = new_item_id()
+    _require_str(stored, "id", non_empty=True)
+    if kind == "message":
+        if stored.get("role") not in _ROLES:
+            raise ChatItemError(f"unknown message role {stored.get('role')!r}")
+        _validate_content(stored.get("content"))
+    elif kind == "function_call":
+        _require_str(stored, "call_id", non_empty=True)
+        _require_str(stored, "name", non_empty=True)
+        stored.setdefault("arguments", "{}")
+        _require_str(stored, "arguments")
+    else:
+        _require_str(stored, "call_id", non_empty=True)
+        _require_str(stored, "output")
+    return stored
+
+
+def _validate_content(content: object) -> None:
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise ChatItemError("message content must be a string or a list of parts")
+    for part in content:
+        if not isinstance(part, dict):
+            raise ChatItemError("a content part must be a dict")
+        kind = part.get("type")
+        if kind in _TEXT_PART_TYPES:
+            if not isinstance(part.get("text"), str):
+                raise ChatItemError(f"a {kind} part needs a string 'text'")
+        elif kind == "input_audio":
+            if not isinstance(part.get("audio"), str):
+                raise ChatItemError("an input_audio part needs a base64 string 'audio'")
+            if part.get("transcript") is not None and not isinstance(part["transcript"], str):
+                raise ChatItemError("an input_audio 'transcript' must be a string or None")
+        else:
+            raise ChatItemError(f"unknown content part type {kind!r}")
+
+
+# ---------------------------------------------------------------------- serialisation
+
+
+def _part_text(part: dict) -> str:
+    if part.get("type") == "input_audio":
+        return part.get("transcript") or AUDIO_PLACEHOLDER
+    return part.get("text", "")
+
+
+def _flatten_content(content: str | list[dict]) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(text for text in (_part_text(part) for part in content) if text)
+
+
+def _answered_items(items: Iterable[Item]) -> list[Item]:
+    """``items`` without function calls that have no output and outputs that have no call."""
+    items = list(items)
+    calls = {item["call_id"] for item in items if item.get("type") == "function_call"}
+    outputs = {item["call_id"] for item in items if item.get("type") == "function_call_output"}
+    answered = calls & outputs
+    return [
+        item
+        for item in items
+        if item.get("type") not in ("function_call", "function_call_output") or item["call_id"] in answered
+    ]
+
+
+def to_chat_messages(system_prompt: str, items: list[dict], *, drop_unanswered: bool = True) -> list[dict]:
+    """Serialise history items as OpenAI Chat Completions messages.
+
+    - The system prompt comes first, if non-empty.
+    - A message becomes ``{"role", "content": str}``; parts are joined with newlines, an audio part
+      standing as its transcript (or :data:`AUDIO_PLACEHOLDER`).
+    - Function calls become ``{"role": "assistant", "content": None, "tool_calls": [{"id": call_id,
+      "type": "function", "function": {"name", "arguments"}}]}``; consecutive calls share one
+      assistant message, which is also the directly preceding assistant text message if there is one.
+    - A function call output becomes ``{"role": "tool", "tool_call_id", "content"}``, placed right
+      after the assistant message holding its call (the API requires that order).
 
     Args:
         system_prompt: the system message text ("" for none).
-        max_turns: user turns kept (>= 1).
+        items: history items, e.g. :meth:`Chat.items`.
+        drop_unanswered: leave out calls without an output and outputs without a call (providers reject
+            both); if False, they are serialised where they stand.
 
-    Raises:
-        ValueError: if ``max_turns`` < 1.
+    Returns:
+        New message dicts.
     """
+    if drop_unanswered:
+        items = _answered_items(items)
+    outputs: dict[str, Item] = {}
+    for item in items:
+        if item.get("type") == "function_call_output":
+            outputs.setdefault(item["call_id"], item)
+    messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    emitted_outputs: set[str] = set()
+    group: list[str] = []  # call_ids of the open assistant tool_calls message
 
-    def __init__(self, system_prompt: str = "", max_turns: int = 8) -> None:
-        if max_turns < 1:
-            raise ValueError("max_turns must be >= 1")
-        self.system_prompt = system_prompt
-        self.max_turns = max_turns
-        self._lock = threading.Lock()
-        self._messages: list[Message] = []
+    def close_group() -> None:
+        for call_id in group:
+            output = outputs.get(call_id)
+            if output is not None and call_id not in emitted_outputs:
+                emitted_outputs.add(call_id)
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": output["output"]})
+        group.clear()
 
-    def messages_for(self, user_text: str) -> list[Message]:
-        """The request for a new user turn: system prompt, history, then ``user_text``.
+    for item in items:
+        kind = item.get("type")
+        if kind == "function_call":
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item.get("arguments", "{}")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and (group or "tool_calls" not in last):
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            group.append(item["call_id"])
+            continue
+        close_group()
+        if kind == "function_call_output":
+            if item["call_id"] not in emitted_outputs:
+                emitted_outputs.add(item["call_id"])
+                messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+        elif kind == "message":
+            messages.append({"role": item["role"], "content": _flatten_content(item["content"])})
+    close_group()
+    return messages
 
-        Does not modify the history (see :meth:`commit`).
-        """
-        with self._lock:
-            history = copy.deepcopy(self._messages)
-        prefix = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return prefix + history + [{"role": "user", "content": user_text}]
 
-    def commit(self, user_text: str, assistant_text: str) -> None:
-        """Append one completed exchange, then evict the oldest turns over the bound."""
-        with self._lock:
-            self._messages.append({"role": "user", "content": user_text})
-            self._messages.append({"role": "assistant", "content": assistant_text})
-            while self._user_turns() > self.max_turns:
-                self._evict_oldest_turn()
+def to_responses_input(items: list[dict], *, drop_unanswered: bool = True) -> list[dict]:
+    """Serialise history items as OpenAI Responses API ``input`` items.
 
-    def snapshot(self) -> list[Message]:
-        """A deep copy of the history (without the system prompt)."""
-        with self._lock:
-            return copy.deepcopy(self._messages)
+    - A message becomes ``{"type": "message", "role", "content": [{"type", "text"}, ...]}`` with
+      ``output_text`` parts for the assistant and ``input_text`` parts otherwise; an audio part stands
+      as its transcript (or :data:`AUDIO_PLACEHOLDER`).
+    - ``{"type": "function_call", "call_id", "name", "arguments"}`` and
+      ``{"type": "function_call_output", "call_id", "output"}``; our ``"id"`` is not sent.
 
-    def reset(self) -> None:
-        """Forget all turns (the system prompt stays)."""
-        with self._lock:
-            self._messages.clear()
+    Args:
+        items: history items, e.g. :meth:`Chat.items`.
+        drop_unanswered: leave out calls without an output and outputs without a call (the API
+            rejects both).
 
-    def _user_turns(self) -> int:
-        return sum(1 for m in self._messages if m["role"] == "user")
-
-    def _evict_oldest_turn(self) -> None:
-        end = 1
-        while end < len(self._messages) and self._messages[end]["role"] != "user":
-            end += 1
-        del self._messages[:end]
+    Returns:
+        New input item dicts, in history order.
+    """
+    if drop_unanswered:
+        items = _answered_items(items)
+    result: list[dict] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            part_type = "output_text" if item["role"] == "assistant" else "input_text"
+            content = item["content"]
+            texts = [content] if isinstance(content, str) else [_part_text(part) for part in content]
+            result.append(
+                {
+                    "type": "message",
+                    "role": item["role"],
+                    "content": [{"type": part_type, "text": text} for text in texts],
+                }
+            )
+        elif kind == "function_call":
+            result.append(
+                {
+                    "type": "function_call",
+                    "call_id": item["call_id"],
+                    "name": item["name"],
+                    "arguments": item.get("arguments", "{}"),
+                }
+            )
+        elif kind == "function_call_output":
+            result.append({"type": "function_call_output", "call_id": item["call_id"], "output": item["output"]})
+    return result

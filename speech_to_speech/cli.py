@@ -33,6 +33,21 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class _AppendOverPreset(argparse.Action):
+    """Like ``action="append"``, but values from the command line replace a preset's list."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        setattr(namespace, self.dest, [*items, values])
+
+
 @dataclasses.dataclass
 class RunConfig:
     """How the pipeline is fed and where its output goes.
@@ -80,14 +95,38 @@ _HELP = {
     "history_turns": "user turns kept in the conversation history",
     "stream_batch_sentences": "sentences per TTS batch after the first",
     "tts_voice": "Piper voice .onnx path (default: embedded voice)",
+    "compact_history": "summarise old turns in the background instead of dropping them (true/false)",
+    "model_name": "model id at the OpenAI-compatible endpoint",
+    "responses_api_base_url": "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (empty: OpenAI)",
+    "responses_api_api_key": "API key (empty: $OPENAI_API_KEY; loopback URLs need none)",
+    "responses_api_stream": "stream responses (true/false)",
+    "request_timeout_s": "total request timeout, seconds (connect timeout: min(10, total))",
+    "reasoning_effort": "reasoning_effort sent to non-OpenAI endpoints (empty: disable thinking instead)",
     "tts_chunk_ms": "TTS audio chunk size, ms",
 }
+
+
+def parse_bool(text: str | bool) -> bool:
+    """Read a flag value as a boolean: true/false, yes/no, on/off, 1/0 (any case).
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else.
+    """
+    if isinstance(text, bool):
+        return text
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _field_type(cls: type, field: dataclasses.Field) -> Any:
     hint = typing.get_type_hints(cls)[field.name]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if args else hint
+    kind = args[0] if args else hint
+    return parse_bool if kind is bool else kind
 
 
 def stage_config_classes() -> list[type]:
@@ -115,12 +154,16 @@ def build_parser() -> OneLineParser:
     for field in dataclasses.fields(RunConfig):
         flag = f"--{field.name}"
         if field.name == "input_text":
-            run.add_argument(flag, action="append", metavar="TEXT", help=_HELP[field.name])
+            run.add_argument(flag, action=_AppendOverPreset, metavar="TEXT", help=_HELP[field.name])
         else:
             run.add_argument(flag, type=_field_type(RunConfig, field), default=field.default, help=_HELP[field.name])
+    seen: set[str] = set()
     for cls in stage_config_classes():
         group = parser.add_argument_group(cls.__name__.replace("Config", "") + " settings")
         for field in dataclasses.fields(cls):
+            if field.name in seen:  # shared by several configs (e.g. language, LLM subclasses)
+                continue
+            seen.add(field.name)
             group.add_argument(
                 f"--{field.name}", type=_field_type(cls, field), default=field.default, help=_HELP.get(field.name, "")
             )
@@ -147,6 +190,8 @@ def load_preset(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown key(s) in {path}: {', '.join(unknown)}")
+    if isinstance(data.get("input_text"), str):  # one turn, not one turn per character
+        data["input_text"] = [data["input_text"]]
     return data
 
 

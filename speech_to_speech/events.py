@@ -77,6 +77,15 @@ class ResponseStarted(Event):
 
 
 @dataclass
+class ToolCallEvent(Event):
+    """The LLM called a function (``arguments`` is JSON)."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
 class FirstToken(Event):
     """The LLM produced its first token for a turn (``ttft_ms`` from request start)."""
 

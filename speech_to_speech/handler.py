@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -61,6 +62,8 @@ class BaseHandler(threading.Thread):
         self.bus = bus
         self.ready = threading.Event()
         self.setup_error: BaseException | None = None
+        #: seconds :meth:`setup` took (model load), set once ready
+        self.load_seconds = 0.0
         self.dropped_stale = 0
 
     # -- hooks for subclasses -------------------------------------------------
@@ -115,6 +118,7 @@ class BaseHandler(threading.Thread):
             return None
 
     def run(self) -> None:
+        start = time.monotonic()
         try:
             self.setup()
         except BaseException as exc:  # reported to the builder, which exits cleanly
@@ -123,6 +127,8 @@ class BaseHandler(threading.Thread):
             self.ready.set()
             self.stop_event.set()
             return
+        self.load_seconds = time.monotonic() - start
+        logger.info("%s ready in %.1f s", self.name, self.load_seconds)
         self.ready.set()
         try:
             self._loop()

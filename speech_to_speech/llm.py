@@ -1,32 +1,118 @@
-"""The shared LLM stage: history, streaming to speech, and the response life cycle.
+"""The shared LLM stage: provider events, streaming to speech, and the response life cycle.
 
-Backends subclass :class:`BaseLLMHandler` and implement only :meth:`load` and
-:meth:`stream` (turn a message list into raw text deltas). Sentence batching,
-cancellation checks, history write-back, error handling and the single
-end-of-response marker are written here, once.
+Every backend turns its output into four small provider events
+(:class:`TextDelta`, :class:`AssistantMessage`, :class:`ToolCall`, :class:`Usage`).
+Everything else is written here, once:
+
+* streaming to speech: unspeakable characters removed, sentences split with
+  NLTK Punkt, the first sentence sent alone at once, later ones in batches;
+  text-only responses get the raw deltas instead;
+* cancellation: the turn's stamp is checked before every side effect (usage
+  excepted, it is billing);
+* history: a transactional :class:`~speech_to_speech.chat.Chat`, written
+  provisionally and committed only if the turn is still current;
+* errors: an empty request fails early, a timeout speaks an apology, any other
+  exception is recorded and, if nothing was said yet, a fallback line is spoken;
+* exactly one :class:`EndOfResponse` per response, whatever happened.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from speech_to_speech.chat import Chat, Message
-from speech_to_speech.events import AssistantText, FirstToken, ResponseStarted, UserTranscript
+from speech_to_speech.cancel import Stamp
+from speech_to_speech.chat import Chat, to_chat_messages
+from speech_to_speech.events import AssistantText, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
 from speech_to_speech.handler import BaseHandler
-from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
+from speech_to_speech.messages import EndOfResponse, TextOutput, ToolCallRequest, Transcript, TTSInput
+from speech_to_speech.prompts import (
+    build_text_system_prompt,
+    build_voice_system_prompt,
+    clean_messages_for_local_model,
+    language_name,
+)
 from speech_to_speech.text import SentenceStreamer, is_speakable, remove_unspeakable
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a helpful, friendly voice assistant. Answer in one or two short sentences. "
-    "Do not use markdown, lists or emoji: your words are spoken aloud."
-)
-#: Spoken when a response fails before saying anything.
+#: spoken when a response fails before saying anything
 FAILURE_FALLBACK = "Sorry, I'm having trouble responding right now. Please try again."
+#: spoken when the provider does not answer in time
+TIMEOUT_APOLOGY = "Sorry, I'm a bit slow right now. Could you say that again?"
+
+
+# -- provider events ------------------------------------------------------------------
+@dataclass
+class TextDelta:
+    """A piece of assistant text, always raw: filtering is the base class's job."""
+
+    text: str
+
+
+@dataclass
+class AssistantMessage:
+    """The whole assistant text of the response, as the provider reports it (for history)."""
+
+    text: str
+
+
+@dataclass
+class ToolCall:
+    """One complete function call; ``call_id`` is unique within the conversation."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class Usage:
+    """Token counts of one response."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+ProviderEvent = TextDelta | AssistantMessage | ToolCall | Usage
+
+
+class ProviderTimeout(Exception):
+    """The provider did not answer within the request timeout."""
+
+
+class EmptyRequestError(ValueError):
+    """A request with nothing to answer (providers reject it)."""
+
+
+@dataclass
+class LLMRequest:
+    """Everything a backend needs for one response.
+
+    Attributes:
+        system_prompt: the full system message.
+        items: conversation items (see :mod:`speech_to_speech.chat`), oldest first.
+        tools: function tools in the flat Responses shape (``{"type": "function", "name", ...}``).
+        wants_audio: whether the reply will be spoken.
+        max_output_tokens: cap on generated tokens.
+        temperature: 0 = greedy.
+    """
+
+    system_prompt: str
+    items: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    wants_audio: bool = True
+    max_output_tokens: int = 96
+    temperature: float = 0.0
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        """The request as OpenAI Chat Completions messages (system first)."""
+        return to_chat_messages(self.system_prompt, self.items)
 
 
 @dataclass
@@ -35,110 +121,286 @@ class LLMConfig:
 
     Attributes:
         llm_model: model folder, file or hub id ("" = the backend's embedded default).
-        system_prompt: the system message.
+        system_prompt: session instructions (the persona); voice rules are added around it.
         max_new_tokens: cap on generated tokens per response.
         temperature: sampling temperature; 0 means greedy decoding.
         history_turns: user turns kept in the conversation history.
+        compact_history: summarise old turns in the background instead of dropping them.
         stream_batch_sentences: sentences per TTS batch after the first.
+        language: "auto" passes the STT's detected language to the prompt.
     """
 
     llm_model: str = ""
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    system_prompt: str = ""
     max_new_tokens: int = 96
     temperature: float = 0.0
     history_turns: int = 8
-    stream_batch_sentences: int = 1
+    compact_history: bool = False
+    stream_batch_sentences: int = 2
+    language: str = "en"
+
+
+@dataclass
+class OpenAICompatibleConfig(LLMConfig):
+    """Connection settings shared by ``responses-api`` and ``chat-completions``.
+
+    Attributes:
+        model_name: the provider's model id.
+        responses_api_base_url: endpoint base URL ("" = the official OpenAI API).
+        responses_api_api_key: API key ("" = ``$OPENAI_API_KEY``; loopback URLs get "none").
+        responses_api_stream: stream the response (False = one blocking request).
+        request_timeout_s: total request timeout, s; the connect timeout is ``min(10, total)``.
+        reasoning_effort: sent as ``reasoning_effort`` to non-OpenAI endpoints when set.
+    """
+
+    model_name: str = "gpt-4.1-mini"
+    responses_api_base_url: str = ""
+    responses_api_api_key: str = ""
+    responses_api_stream: bool = True
+    request_timeout_s: float = 20.0
+    reasoning_effort: str = ""
+
+
+@dataclass
+class _ResponseState:
+    """Book-keeping of one response inside :meth:`BaseLLMHandler._generate`."""
+
+    stamp: Stamp
+    key: str
+    wants_audio: bool
+    deltas: list[str] = field(default_factory=list)
+    final_text: str | None = None
+    tool_calls: int = 0
+    spoken: bool = False
+    usage: Usage | None = None
+    error: str | None = None
+    cancelled: bool = False
 
 
 class BaseLLMHandler(BaseHandler):
-    """Consumes :class:`Transcript`, emits :class:`TTSInput` and one :class:`EndOfResponse`.
+    """Consumes :class:`Transcript`; emits :class:`TTSInput` / :class:`TextOutput` /
+    :class:`ToolCallRequest` in order, then exactly one :class:`EndOfResponse`.
 
-    Subclasses implement :meth:`load` (in :meth:`setup`) and :meth:`stream`.
+    Subclasses implement :meth:`load` and :meth:`events`.
+
+    Attributes:
+        chat: the conversation history.
+        tools: function tools offered to the model (flat Responses shape).
     """
 
-    def __init__(self, *args: object, config: LLMConfig, device: str = "cpu", **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, config: LLMConfig, device: str = "cpu", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.config = config
         self.device = device
-        self.chat = Chat(config.system_prompt, max_turns=config.history_turns)
-        self.load_seconds: float | None = None
+        self.chat = Chat(size=config.history_turns, compactor=self._compact if config.compact_history else None)
+        self.tools: list[dict[str, Any]] = []
 
+    # -- backend hooks --------------------------------------------------------------
     def setup(self) -> None:
-        start = time.monotonic()
         self.load()
-        self.load_seconds = time.monotonic() - start
-        logger.info("%s loaded in %.1f s", self.name, self.load_seconds)
 
     def load(self) -> None:
-        """Load the model (called once from :meth:`setup`)."""
+        """Load the model or open the client (called once from :meth:`setup`)."""
         raise NotImplementedError
 
-    def stream(self, messages: list[Message], should_stop: Callable[[], bool]) -> Iterator[str]:
-        """Yield raw text deltas of the assistant reply to ``messages``.
+    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
+        """Yield provider events for ``request``; stop soon after ``should_stop()``.
 
-        Implementations should stop soon after ``should_stop()`` turns true.
+        Raises:
+            ProviderTimeout: when the provider did not answer in time.
         """
         raise NotImplementedError
 
-    def process(self, item: Transcript) -> Iterator[TTSInput | EndOfResponse]:
+    def cleanup(self) -> None:
+        self.chat.close()
+
+    # -- requests ---------------------------------------------------------------------
+    def system_prompt(self, wants_audio: bool, language_code: str | None) -> str:
+        """The system prompt for a response (voice or text rules, language when auto)."""
+        language = language_name(language_code) if self.config.language == "auto" else None
+        build = build_voice_system_prompt if wants_audio else build_text_system_prompt
+        return build(self.config.system_prompt, "", language)
+
+    def build_request(self, item: Transcript) -> LLMRequest:
+        """The request answering ``item`` from the current history."""
+        return LLMRequest(
+            system_prompt=self.system_prompt(item.wants_audio, item.language),
+            items=self.chat.items(),
+            tools=list(self.tools),
+            wants_audio=item.wants_audio,
+            max_output_tokens=self.config.max_new_tokens,
+            temperature=self.config.temperature,
+        )
+
+    # -- the stage --------------------------------------------------------------------
+    def process(self, item: Transcript) -> Iterator[Any]:
         stamp = item.stamp
         if not self.gate.admits(stamp):
+            yield EndOfResponse(stamp, error="cancelled")
             return
         if item.stt_ms is None:  # typed turns have no STT event upstream
             self.bus.publish(UserTranscript(stamp.turn_id, text=item.text, language=item.language))
         if not item.text.strip():
-            yield EndOfResponse(stamp, error="empty request")
+            logger.warning("%s: turn %d has no text to answer", self.name, stamp.turn_id)
+            yield EndOfResponse(stamp, error="empty request: no user text")
             return
-        yield from self._respond(item)
+        self.chat.add_item({"type": "message", "role": "user", "content": item.text})
+        yield from self._generate(item, self.build_request(item))
 
-    def _respond(self, item: Transcript) -> Iterator[TTSInput | EndOfResponse]:
-        stamp = item.stamp
-        messages = self.chat.messages_for(item.text)
-        streamer = SentenceStreamer(self.config.stream_batch_sentences)
-        reply: list[str] = []
-        spoken = False
-        error: str | None = None
-        start = time.monotonic()
-        self.bus.publish(ResponseStarted(stamp.turn_id, speech_end_time=item.speech_end_time or None))
+    def _stale(self, stamp: Stamp) -> bool:
+        return self.stop_event.is_set() or not self.gate.admits(stamp)
 
-        def stale() -> bool:
-            return self.stop_event.is_set() or not self.gate.admits(stamp)
-
+    def _generate(self, item: Transcript, request: LLMRequest) -> Iterator[Any]:
+        st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio)
+        sent = False
         try:
-            for delta in self.stream(messages, stale):
-                if stale():
-                    break
-                if not reply:
-                    self.bus.publish(FirstToken(stamp.turn_id, ttft_ms=(time.monotonic() - start) * 1000))
-                reply.append(delta)
-                for batch in streamer.push(delta):
-                    tts_input = self._speakable(stamp, batch)
-                    if tts_input is not None and not stale():
-                        spoken = True
-                        yield tts_input
-            if not stale():
-                for batch in streamer.flush():
-                    tts_input = self._speakable(stamp, batch)
-                    if tts_input is not None:
-                        spoken = True
-                        yield tts_input
-        except Exception as exc:  # a failing backend must not kill the session
-            logger.exception("%s generation failed", self.name)
-            error = f"{type(exc).__name__}: {exc}"
-        text = "".join(reply).strip()
-        if not stale():
-            if error is None and not text:
-                error = "empty reply"
-            if error is not None and not spoken:
-                yield TTSInput(stamp, FAILURE_FALLBACK)
-            if error is None:
-                self.chat.commit(item.text, text)
-            self.bus.publish(AssistantText(stamp.turn_id, text=text, error=error))
-        yield EndOfResponse(stamp, text=text, error=error)
+            if not any(i.get("role") == "user" or i.get("type") == "function_call_output" for i in request.items):
+                raise EmptyRequestError("empty request: no user input to answer")
+            self.bus.publish(ResponseStarted(st.stamp.turn_id, speech_end_time=item.speech_end_time or None))
+            start = time.monotonic()
+            sent = True
+            yield from self._consume(st, self.events(request, lambda: self._stale(st.stamp)), start)
+        except EmptyRequestError as exc:
+            st.error = str(exc)
+            logger.warning("%s: %s", self.name, exc)
+        except ProviderTimeout as exc:
+            st.error = f"timeout: {exc}"
+            logger.warning("%s: provider timeout (%s)", self.name, exc)
+            if not self._stale(st.stamp):
+                st.spoken = True
+                yield self._tts_or_text(st, TIMEOUT_APOLOGY)
+        except Exception as exc:  # a failing provider must never end the session
+            st.error = f"{type(exc).__name__}: {exc}"
+            logger.exception("%s: generation failed", self.name)
+        yield from self._finish(st, sent)
+
+    def _consume(self, st: _ResponseState, events: Iterator[ProviderEvent], start: float) -> Iterator[Any]:
+        streamer = SentenceStreamer(self.config.stream_batch_sentences)
+        try:
+            for event in events:
+                if isinstance(event, Usage):
+                    st.usage = event
+                    continue
+                if self._stale(st.stamp):
+                    st.cancelled = True
+                    return
+                if isinstance(event, AssistantMessage):
+                    st.final_text = event.text
+                elif isinstance(event, ToolCall):
+                    yield from self._flush_sentences(st, streamer)  # speech before the call goes first
+                    if self._stale(st.stamp):
+                        st.cancelled = True
+                        return
+                    yield from self._record_tool_call(st, event)
+                elif isinstance(event, TextDelta) and event.text:
+                    if not st.deltas:
+                        ttft = (time.monotonic() - start) * 1000
+                        self.bus.publish(FirstToken(st.stamp.turn_id, ttft_ms=ttft))
+                    st.deltas.append(event.text)
+                    if not st.wants_audio:
+                        yield TextOutput(st.stamp, event.text)
+                        continue
+                    for batch in streamer.push(event.text):
+                        if self._stale(st.stamp):
+                            st.cancelled = True
+                            return
+                        yield from self._speak(st, batch)
+            if not self._stale(st.stamp):
+                yield from self._flush_sentences(st, streamer)
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+    def _flush_sentences(self, st: _ResponseState, streamer: SentenceStreamer) -> Iterator[Any]:
+        for batch in streamer.flush():
+            yield from self._speak(st, batch)
+
+    def _speak(self, st: _ResponseState, text: str) -> Iterator[TTSInput]:
+        clean = remove_unspeakable(text).strip()
+        if is_speakable(clean):
+            st.spoken = True
+            yield TTSInput(st.stamp, clean)
 
     @staticmethod
-    def _speakable(stamp: object, text: str) -> TTSInput | None:
-        clean = remove_unspeakable(text).strip()
-        if not is_speakable(clean):
-            return None
-        return TTSInput(stamp, clean)  # type: ignore[arg-type]
+    def _tts_or_text(st: _ResponseState, text: str) -> TTSInput | TextOutput:
+        return TTSInput(st.stamp, text) if st.wants_audio else TextOutput(st.stamp, text)
+
+    def _record_tool_call(self, st: _ResponseState, call: ToolCall) -> Iterator[ToolCallRequest]:
+        """Write the call to history before anyone can see it, then emit it."""
+        item = {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+        if self._stale(st.stamp) or self.chat.add_provisional_generation_items(st.key, [item]) is None:
+            st.cancelled = True
+            return
+        st.tool_calls += 1
+        event = ToolCallEvent(st.stamp.turn_id, call_id=call.call_id, name=call.name, arguments=call.arguments)
+        self.bus.publish(event)
+        yield ToolCallRequest(st.stamp, call.call_id, call.name, call.arguments)
+
+    def _finish(self, st: _ResponseState, sent: bool) -> Iterator[Any]:
+        text = (st.final_text if st.final_text is not None else "".join(st.deltas)).strip()
+        stale = st.cancelled or self._stale(st.stamp)
+        if not stale and st.error is not None and sent and not st.spoken:
+            st.spoken = True
+            yield self._tts_or_text(st, FAILURE_FALLBACK)
+        committed = False
+        if not stale and st.error is None:
+            try:
+                assistant = [{"type": "message", "role": "assistant", "content": text}] if text else []
+                if assistant and self.chat.add_provisional_generation_items(st.key, assistant) is None:
+                    raise RuntimeError("response was cancelled before it was written")
+                self.chat.finalize_provisional_generation(st.key)
+                committed = True
+                self.chat.trim_if_needed()
+            except Exception as exc:
+                st.error = f"history: {exc}"
+                logger.exception("%s: history write failed", self.name)
+        if not committed:
+            if stale:
+                self.chat.cancel_provisional_generation(st.key)
+            else:
+                self.chat.rollback_provisional_generation(st.key)
+        if stale:
+            st.error = st.error or "cancelled"
+        else:
+            self.bus.publish(AssistantText(st.stamp.turn_id, text=text, error=st.error))
+        if not text and st.tool_calls == 0 and st.error is None:
+            logger.warning("%s: turn %d got an empty reply", self.name, st.stamp.turn_id)
+        usage = {"input_tokens": st.usage.input_tokens, "output_tokens": st.usage.output_tokens} if st.usage else {}
+        yield EndOfResponse(st.stamp, text=text, error=st.error, usage=usage)
+
+    # -- history compaction -------------------------------------------------------------
+    def _compact(self, items: list[dict[str, Any]]) -> tuple[str, str]:
+        """Summarise ``items`` with this backend (runs in the Chat's compaction thread)."""
+        lines = []
+        for message in to_chat_messages("", items):
+            content = message.get("content") or json.dumps(message.get("tool_calls", ""))
+            lines.append(f"{message['role']}: {content}")
+        request = LLMRequest(
+            system_prompt="You summarise conversations. Reply with a short factual summary, no preamble.",
+            items=[{"type": "message", "role": "user", "content": "Summarise this conversation:\n" + "\n".join(lines)}],
+            wants_audio=False,
+            max_output_tokens=128,
+        )
+        summary = "".join(e.text for e in self.events(request, self.stop_event.is_set) if isinstance(e, TextDelta))
+        return "(Our earlier conversation, summarised.)", summary.strip()
+
+
+class LocalLLMHandler(BaseLLMHandler):
+    """Base of in-process models (transformers, mlx-lm): they only stream text.
+
+    The request is turned into chat messages, cleaned for local chat templates
+    (see :func:`~speech_to_speech.prompts.clean_messages_for_local_model`) and
+    passed to :meth:`stream`.
+    """
+
+    def stream(
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+    ) -> Iterator[str]:
+        """Yield raw text pieces of the reply to ``messages``; stop once ``should_stop()``."""
+        raise NotImplementedError
+
+    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
+        messages = clean_messages_for_local_model(request.chat_messages())
+        for text in self.stream(messages, should_stop, request.max_output_tokens):
+            yield TextDelta(text)

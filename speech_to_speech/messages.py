@@ -81,6 +81,7 @@ class Transcript:
         language: ISO 639-1 code when known (e.g. ``"en"``).
         speech_end_time: monotonic end of user speech (or submission time for text).
         stt_ms: STT time in ms (None for typed turns).
+        wants_audio: False for a text-only response (raw text, no TTS).
     """
 
     stamp: Stamp
@@ -88,6 +89,7 @@ class Transcript:
     language: str | None = None
     speech_end_time: float = 0.0
     stt_ms: float | None = None
+    wants_audio: bool = True
 
 
 @dataclass
@@ -101,6 +103,36 @@ class TTSInput:
 
     stamp: Stamp
     text: str
+
+
+@dataclass
+class TextOutput:
+    """A raw text delta of a text-only response (unfiltered, unsplit); TTS passes it on.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: the delta as the LLM produced it.
+    """
+
+    stamp: Stamp
+    text: str
+
+
+@dataclass
+class ToolCallRequest:
+    """A complete function call produced by the LLM, in order with the speech around it.
+
+    Attributes:
+        stamp: the turn's stamp.
+        call_id: pairs the call with its output.
+        name: the function name.
+        arguments: JSON-encoded arguments.
+    """
+
+    stamp: Stamp
+    call_id: str
+    name: str
+    arguments: str
 
 
 @dataclass
@@ -128,13 +160,13 @@ class EndOfResponse:
         stamp: the turn's stamp.
         text: the full reply text as generated.
         error: a short description when the response failed.
-        extra: backend-specific details (e.g. token usage).
+        usage: token counts, e.g. ``{"input_tokens": 12, "output_tokens": 30}``.
     """
 
     stamp: Stamp
     text: str = ""
     error: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
 
     #: passes the stale-work gate: even a cancelled response must end
     bypasses_gate = True

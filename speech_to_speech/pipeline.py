@@ -104,7 +104,7 @@ class Pipeline:
             if failed:
                 raise PipelineError(_describe(failed[0].setup_error))
             raise PipelineError("stopped while loading models")
-        loaded = {s.name: getattr(s, "load_seconds", None) or 0.0 for s in self.stages[1:]}
+        loaded = {s.name: s.load_seconds for s in self.stages[1:]}
         self.source.start()
         return loaded
 

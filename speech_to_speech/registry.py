@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from speech_to_speech.llm import LLMConfig
+from speech_to_speech.llm import LLMConfig, OpenAICompatibleConfig
 from speech_to_speech.stt import STTConfig
 from speech_to_speech.tts import TTSConfig
 from speech_to_speech.vad import VADConfig
@@ -116,6 +116,24 @@ register(
         "handlers.llm.mlx_lm_llm:MLXLMHandler",
         extra="mlx",
         summary="mlx-lm (Apple Silicon; Linux CPU via mlx[cpu])",
+    )
+)
+register(
+    Backend(
+        "responses-api",
+        "llm",
+        OpenAICompatibleConfig,
+        "handlers.llm.openai_compatible:ResponsesAPIHandler",
+        summary="OpenAI-compatible /v1/responses",
+    )
+)
+register(
+    Backend(
+        "chat-completions",
+        "llm",
+        OpenAICompatibleConfig,
+        "handlers.llm.openai_compatible:ChatCompletionsHandler",
+        summary="OpenAI-compatible /v1/chat/completions",
     )
 )
 register(Backend("piper", "tts", TTSConfig, "handlers.tts.piper_tts:PiperTTSHandler", summary="Piper (embedded voice)"))

@@ -44,13 +44,9 @@ class BaseSTTHandler(BaseHandler):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.config = config
         self.device = device
-        self.load_seconds: float | None = None
 
     def setup(self) -> None:
-        start = time.monotonic()
         self.load()
-        self.load_seconds = time.monotonic() - start
-        logger.info("%s loaded in %.1f s", self.name, self.load_seconds)
 
     def load(self) -> None:
         """Load the model."""

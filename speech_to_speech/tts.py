@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from speech_to_speech.handler import BaseHandler
-from speech_to_speech.messages import AudioOutput, EndOfResponse, TTSInput
+from speech_to_speech.messages import AudioOutput, TTSInput
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,10 @@ class TTSConfig:
 
 
 class BaseTTSHandler(BaseHandler):
-    """Consumes :class:`TTSInput`, emits :class:`AudioOutput` chunks; passes :class:`EndOfResponse`.
+    """Consumes :class:`TTSInput`, emits :class:`AudioOutput` chunks.
+
+    Every other message (:class:`EndOfResponse`, text deltas, tool calls) is
+    passed on unchanged, in order with the audio around it.
 
     Subclasses set :attr:`sample_rate` in :meth:`load` and implement :meth:`synthesize`.
     The stale-work gate is checked before synthesis and before every chunk,
@@ -43,13 +46,9 @@ class BaseTTSHandler(BaseHandler):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.config = config
         self.device = device
-        self.load_seconds: float | None = None
 
     def setup(self) -> None:
-        start = time.monotonic()
         self.load()
-        self.load_seconds = time.monotonic() - start
-        logger.info("%s loaded in %.1f s (%d Hz)", self.name, self.load_seconds, self.sample_rate)
 
     def load(self) -> None:
         """Load the voice; must set :attr:`sample_rate`."""
@@ -59,8 +58,8 @@ class BaseTTSHandler(BaseHandler):
         """Yield float32 mono audio in [-1, 1] at :attr:`sample_rate` for ``text``."""
         raise NotImplementedError
 
-    def process(self, item: TTSInput | EndOfResponse) -> Iterator[AudioOutput | EndOfResponse]:
-        if isinstance(item, EndOfResponse):
+    def process(self, item: Any) -> Iterator[Any]:
+        if not isinstance(item, TTSInput):  # text deltas, tool calls, end of response: in order
             yield item
             return
         if not self.gate.admits(item.stamp):

@@ -84,7 +84,7 @@ class Endpointer:
         self._min_speech_chunks = max(1, round(config.min_speech_ms / ms_per_chunk))
         self._pad_chunks = round(config.speech_pad_ms / ms_per_chunk)
         self._max_chunks = max(1, round(config.max_speech_ms / ms_per_chunk))
-        self._preroll: collections.deque[np.ndarray] = collections.deque(maxlen=max(1, self._pad_chunks))
+        self._preroll: collections.deque[np.ndarray] = collections.deque(maxlen=self._pad_chunks)
         self.reset()
 
     def reset(self) -> None:

@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from handlers.llm.embedded import resolve_model
-from speech_to_speech.chat import Message
-from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.llm import LocalLLMHandler
 
 
-class MLXLMHandler(BaseLLMHandler):
+class MLXLMHandler(LocalLLMHandler):
     """Streams replies with ``mlx_lm.stream_generate``; stops between tokens when cancelled."""
 
     def load(self) -> None:
@@ -27,7 +26,7 @@ class MLXLMHandler(BaseLLMHandler):
             pass
 
     def stream(
-        self, messages: list[Message], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
     ) -> Iterator[str]:
         from mlx_lm import stream_generate
         from mlx_lm.sample_utils import make_repetition_penalty, make_sampler

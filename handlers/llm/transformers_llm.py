@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from handlers.llm.embedded import resolve_model
-from speech_to_speech.chat import Message
-from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.llm import LocalLLMHandler
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +23,7 @@ class _StopWhen:
         return self.should_stop()
 
 
-class TransformersLLMHandler(BaseLLMHandler):
+class TransformersLLMHandler(LocalLLMHandler):
     """Streams replies from a causal LM with ``model.generate`` in a worker thread.
 
     Generation stops between tokens once the turn is cancelled or the pipeline stops.
@@ -33,7 +32,9 @@ class TransformersLLMHandler(BaseLLMHandler):
     def load(self) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # progress goes through our logging, not tqdm bars
         self._torch = torch
         source = resolve_model(self.config.llm_model)
         dtype = torch.float16 if self.device == "cuda" else torch.float32
@@ -44,7 +45,7 @@ class TransformersLLMHandler(BaseLLMHandler):
             pass
 
     def stream(
-        self, messages: list[Message], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
     ) -> Iterator[str]:
         from transformers import StoppingCriteriaList, TextIteratorStreamer
 

@@ -1,0 +1,366 @@
+"""System prompts for the LLM stage, chat clean-up for local models, and language names.
+
+Two system prompt builders, one per output channel:
+
+* :func:`build_voice_system_prompt` for replies that will be spoken by the TTS stage.
+* :func:`build_text_system_prompt` for replies that a client will only read.
+
+Both put their parts in the same order: a short lead that says what kind of
+conversation this is, then the session instructions (who the assistant is, plus
+an optional block describing tools), then the channel's rules. The rules come
+last on purpose: models weigh the end of a system prompt heavily, and the rules
+on form (short, plain, speakable) are the constraints that must win over
+anything a persona text says about style.
+
+:func:`clean_messages_for_local_model` reshapes an OpenAI-style message list so
+that strict local chat templates accept it (alternating roles, a user message
+first), and :data:`INTERRUPTION_MARKER` is the note appended to an assistant
+reply that the user cut short by barge-in.
+
+:data:`WHISPER_LANGUAGES` maps every language code of the language list of
+OpenAI's Whisper (the ``LANGUAGES`` table of its tokenizer, 100 codes as of
+large-v3) to an English language name, and :func:`language_name` turns an STT
+language code into the name used in the "reply in ..." rule.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+Message = dict[str, Any]
+
+#: Appended to the history copy of an assistant reply that was cut off by barge-in,
+#: so the model knows the user did not hear the whole of it.
+INTERRUPTION_MARKER = " [interrupted by the user]"
+
+#: Content of the user message inserted when a conversation would otherwise start
+#: with an assistant message (see :func:`clean_messages_for_local_model`).
+PLACEHOLDER_USER_CONTENT = "Hello."
+
+DEFAULT_VOICE_PERSONA = (
+    "You are a helpful, friendly voice assistant. Help the user with whatever they ask, "
+    "in a warm and natural way, and be accurate."
+)
+DEFAULT_TEXT_PERSONA = (
+    "You are a helpful, friendly assistant. Help the user with whatever they ask, clearly and accurately."
+)
+
+_VOICE_LEAD = (
+    "You are in a spoken, real-time voice conversation. The user talks into a microphone, their words reach "
+    "you as a speech-to-text transcript, and everything you write is read aloud by a text-to-speech voice "
+    "as soon as you write it. The session instructions below define who you are and what you do. The voice "
+    "rules at the end only govern how you speak; they do not change your role or your knowledge."
+)
+
+_TEXT_LEAD = (
+    "You are in a text chat: the user types messages and reads your replies on a screen. The session "
+    "instructions below define who you are and what you do. The text rules at the end only govern the form "
+    "of your replies; they do not change your role or your knowledge."
+)
+
+_VOICE_RULES = (
+    "Keep every reply short: one sentence by default, two sentences at most, unless the user asks for more detail.",
+    "Write only words meant to be spoken: no markdown, no headings, no bullet or numbered lists, no tables, "
+    "no code blocks, no emoji, and no stage directions such as *laughs* or (sighs).",
+    "The user's messages are a noisy speech transcript and some words may have been misheard. Answer what "
+    "the user most likely meant. Do not point out or correct possible mishearings unless the user asks "
+    "about them or they keep you from understanding the request; then briefly ask the user to say it again.",
+    "Never say the name of a tool or function out loud, and never read out tool arguments or raw results.",
+    "When a tool looks up information, call it directly without announcing it first (do not say things "
+    "like 'let me check'), and say nothing between one tool call and the next; speak once you have what "
+    "you need.",
+)
+
+_TEXT_RULES = (
+    "Be concise: answer the question directly and add detail only when it helps or when the user asks for it.",
+    "Markdown is allowed where it makes a reply easier to read, such as short lists or code blocks; do not "
+    "use it for decoration.",
+    "Never mention the names of tools or functions to the user; just use them and report what they found.",
+)
+
+
+def _resolve_language(language: str | None) -> str | None:
+    """The language name for the reply rule: ``None`` for no rule.
+
+    A language name is used as given; a Whisper code (``"fr"``, ``"fr-FR"``) passed
+    by mistake is turned into its name so the rule never reads "reply in fr".
+    """
+    if language is None or not language.strip():
+        return None
+    language = language.strip()
+    return language_name(language) or language
+
+
+def _assemble(
+    lead: str,
+    instructions: str,
+    default_persona: str,
+    tools_block: str,
+    rules_title: str,
+    rules: tuple[str, ...],
+    language: str | None,
+) -> str:
+    """Join lead, session instructions (+ tools block) and rules, in that order."""
+    session = instructions.strip() or default_persona
+    tools = tools_block.strip()
+    if tools:
+        session = f"{session}\n\n{tools}"
+    rule_lines = list(rules)
+    name = _resolve_language(language)
+    if name is not None:
+        rule_lines.append(f"Always reply in {name}, whatever language the user's message seems to be in.")
+    rules_text = "\n".join(f"- {rule}" for rule in rule_lines)
+    return f"{lead}\n\nSESSION INSTRUCTIONS\n{session}\n\n{rules_title}\n{rules_text}"
+
+
+def build_voice_system_prompt(instructions: str = "", tools_block: str = "", language: str | None = None) -> str:
+    """The system prompt for replies that will be spoken.
+
+    Three parts, in this order:
+
+    1. a lead: this is a spoken, real-time conversation; the session instructions
+       define who the assistant is; the voice rules only govern how it speaks;
+    2. the session instructions (a default friendly voice-assistant persona when
+       ``instructions`` is empty), followed by ``tools_block`` when given;
+    3. the voice rules, last because they are the strongest constraints: one
+       sentence by default (two at most unless asked), no markdown, lists, emoji
+       or stage directions, treat the input as a noisy transcript and do not
+       correct mishearings, never say tool names aloud, call information tools
+       without announcing them and stay silent between calls.
+
+    Args:
+        instructions: the session's persona/task text ("" for the default persona).
+        tools_block: optional text describing the available tools.
+        language: a language *name* such as ``"French"``; when given, a rule to reply
+            in that language is added to the voice rules. A Whisper code (``"fr"``)
+            is also accepted and turned into its name.
+
+    Returns:
+        The complete system prompt.
+    """
+    return _assemble(
+        _VOICE_LEAD, instructions, DEFAULT_VOICE_PERSONA, tools_block, "VOICE RULES", _VOICE_RULES, language
+    )
+
+
+def build_text_system_prompt(instructions: str = "", tools_block: str = "", language: str | None = None) -> str:
+    """The system prompt for replies that will only be read (no TTS).
+
+    Same layout as :func:`build_voice_system_prompt` (lead, session instructions
+    plus tools block, rules last), with a lead for a text chat and text rules:
+    be concise, markdown allowed where it helps, never mention tool names.
+
+    Args:
+        instructions: the session's persona/task text ("" for the default persona).
+        tools_block: optional text describing the available tools.
+        language: a language name such as ``"French"``; adds a reply-language rule.
+
+    Returns:
+        The complete system prompt.
+    """
+    return _assemble(_TEXT_LEAD, instructions, DEFAULT_TEXT_PERSONA, tools_block, "TEXT RULES", _TEXT_RULES, language)
+
+
+def _strip_marker(content: str) -> str:
+    """``content`` without a trailing :data:`INTERRUPTION_MARKER` (and the whitespace around it)."""
+    stripped = content.rstrip()
+    marker = INTERRUPTION_MARKER.strip()
+    if stripped.endswith(marker):
+        return stripped[: -len(marker)].rstrip()
+    return content
+
+
+def _is_empty_assistant(message: Message) -> bool:
+    """An assistant message with no tool calls and nothing to say (possibly just the marker)."""
+    if message.get("role") != "assistant" or message.get("tool_calls"):
+        return False
+    content = message.get("content")
+    if content is None:
+        return True
+    if isinstance(content, str):
+        return not _strip_marker(content).strip()
+    return not content  # an empty list of content parts
+
+
+def _mergeable(previous: Message, message: Message) -> bool:
+    """Whether ``message`` can be folded into the ``previous`` one."""
+    return (
+        previous.get("role") == message.get("role")
+        and message.get("role") in ("user", "assistant")
+        and not previous.get("tool_calls")
+        and not message.get("tool_calls")
+        and isinstance(previous.get("content"), str)
+        and isinstance(message.get("content"), str)
+    )
+
+
+def clean_messages_for_local_model(messages: list[Message]) -> list[Message]:
+    """Reshape an OpenAI-style chat for a local model's chat template.
+
+    Many local chat templates reject anything but system, then strictly
+    alternating user/assistant turns starting with the user. Barge-in and tool
+    calls easily break that, so this returns a new list (deep-copied; ``messages``
+    is not modified) where, in order:
+
+    1. assistant messages with no content, or only :data:`INTERRUPTION_MARKER`
+       (a reply interrupted before it said anything), are dropped, unless they
+       carry ``tool_calls``;
+    2. adjacent messages of the same role (user + user, assistant + assistant)
+       are merged, their contents joined with ``"\\n"``; tool messages and messages
+       with ``tool_calls`` are never merged;
+    3. a trailing :data:`INTERRUPTION_MARKER` is removed from the last message's
+       content (the model should continue from the words, not the note);
+    4. if the first non-system message is not a user message, a neutral user
+       message (:data:`PLACEHOLDER_USER_CONTENT`) is inserted before it.
+
+    Args:
+        messages: ``{"role": ..., "content": ..., ...}`` dicts, roles
+            ``system``, ``user``, ``assistant`` or ``tool``.
+
+    Returns:
+        The cleaned list.
+    """
+    kept = [copy.deepcopy(m) for m in messages if not _is_empty_assistant(m)]
+
+    merged: list[Message] = []
+    for message in kept:
+        if merged and _mergeable(merged[-1], message):
+            merged[-1]["content"] = f"{merged[-1]['content']}\n{message['content']}"
+        else:
+            merged.append(message)
+
+    if merged and isinstance(merged[-1].get("content"), str):
+        merged[-1]["content"] = _strip_marker(merged[-1]["content"])
+
+    first = next((i for i, m in enumerate(merged) if m.get("role") != "system"), None)
+    if first is not None and merged[first].get("role") != "user":
+        merged.insert(first, {"role": "user", "content": PLACEHOLDER_USER_CONTENT})
+    return merged
+
+
+#: Whisper language codes -> English language names. The codes are exactly those of
+#: the language list of OpenAI's Whisper (100 codes, "yue" added with large-v3);
+#: the names are written in title case, with "Burmese" for Whisper's "myanmar" and
+#: "Norwegian Nynorsk" for "nynorsk" so they read as language names in a prompt.
+#: Note that Whisper uses "jw" (not ISO 639-1 "jv") for Javanese.
+WHISPER_LANGUAGES: dict[str, str] = {
+    "en": "English",
+    "zh": "Chinese",
+    "de": "German",
+    "es": "Spanish",
+    "ru": "Russian",
+    "ko": "Korean",
+    "fr": "French",
+    "ja": "Japanese",
+    "pt": "Portuguese",
+    "tr": "Turkish",
+    "pl": "Polish",
+    "ca": "Catalan",
+    "nl": "Dutch",
+    "ar": "Arabic",
+    "sv": "Swedish",
+    "it": "Italian",
+    "id": "Indonesian",
+    "hi": "Hindi",
+    "fi": "Finnish",
+    "vi": "Vietnamese",
+    "he": "Hebrew",
+    "uk": "Ukrainian",
+    "el": "Greek",
+    "ms": "Malay",
+    "cs": "Czech",
+    "ro": "Romanian",
+    "da": "Danish",
+    "hu": "Hungarian",
+    "ta": "Tamil",
+    "no": "Norwegian",
+    "th": "Thai",
+    "ur": "Urdu",
+    "hr": "Croatian",
+    "bg": "Bulgarian",
+    "lt": "Lithuanian",
+    "la": "Latin",
+    "mi": "Maori",
+    "ml": "Malayalam",
+    "cy": "Welsh",
+    "sk": "Slovak",
+    "te": "Telugu",
+    "fa": "Persian",
+    "lv": "Latvian",
+    "bn": "Bengali",
+    "sr": "Serbian",
+    "az": "Azerbaijani",
+    "sl": "Slovenian",
+    "kn": "Kannada",
+    "et": "Estonian",
+    "mk": "Macedonian",
+    "br": "Breton",
+    "eu": "Basque",
+    "is": "Icelandic",
+    "hy": "Armenian",
+    "ne": "Nepali",
+    "mn": "Mongolian",
+    "bs": "Bosnian",
+    "kk": "Kazakh",
+    "sq": "Albanian",
+    "sw": "Swahili",
+    "gl": "Galician",
+    "mr": "Marathi",
+    "pa": "Punjabi",
+    "si": "Sinhala",
+    "km": "Khmer",
+    "sn": "Shona",
+    "yo": "Yoruba",
+    "so": "Somali",
+    "af": "Afrikaans",
+    "oc": "Occitan",
+    "ka": "Georgian",
+    "be": "Belarusian",
+    "tg": "Tajik",
+    "sd": "Sindhi",
+    "gu": "Gujarati",
+    "am": "Amharic",
+    "yi": "Yiddish",
+    "lo": "Lao",
+    "uz": "Uzbek",
+    "fo": "Faroese",
+    "ht": "Haitian Creole",
+    "ps": "Pashto",
+    "tk": "Turkmen",
+    "nn": "Norwegian Nynorsk",
+    "mt": "Maltese",
+    "sa": "Sanskrit",
+    "lb": "Luxembourgish",
+    "my": "Burmese",
+    "bo": "Tibetan",
+    "tl": "Tagalog",
+    "mg": "Malagasy",
+    "as": "Assamese",
+    "tt": "Tatar",
+    "haw": "Hawaiian",
+    "ln": "Lingala",
+    "ha": "Hausa",
+    "ba": "Bashkir",
+    "jw": "Javanese",
+    "su": "Sundanese",
+    "yue": "Cantonese",
+}
+
+#: Common codes that differ from Whisper's: ISO 639-1 Javanese, the old Hebrew
+#: code, and Norwegian Bokmål.
+_CODE_ALIASES = {"jv": "jw", "iw": "he", "nb": "no"}
+
+
+def language_name(code: str | None) -> str | None:
+    """The English name of a Whisper language code, or ``None``.
+
+    Case-insensitive; a region or script suffix is ignored, so ``"en"``,
+    ``"EN"``, ``"en-US"`` and ``"en_GB"`` all give ``"English"``. ``None``,
+    ``""``, ``"auto"`` and unknown codes give ``None``.
+    """
+    if not code:
+        return None
+    base = code.strip().replace("_", "-").split("-", 1)[0].lower()
+    base = _CODE_ALIASES.get(base, base)
+    return WHISPER_LANGUAGES.get(base)

@@ -1,0 +1,304 @@
+"""The shared LLM stage: streaming to sentences, the response life cycle and history.
+
+The fake backend is a :class:`LocalLLMHandler` (a :class:`BaseLLMHandler` whose backend only
+streams text), driven through :meth:`BaseLLMHandler.process` without a thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from speech_to_speech.cancel import Gate, Stamp
+from speech_to_speech.chat import Chat
+from speech_to_speech.events import AssistantText, Event, EventBus, FirstToken, ResponseStarted, UserTranscript
+from speech_to_speech.llm import (
+    FAILURE_FALLBACK,
+    TIMEOUT_APOLOGY,
+    BaseLLMHandler,
+    LLMConfig,
+    LocalLLMHandler,
+    ProviderTimeout,
+)
+from speech_to_speech.messages import EndOfResponse, TextOutput, Transcript, TTSInput
+from speech_to_speech.text import is_speakable
+
+
+class BackendError(RuntimeError):
+    pass
+
+
+@dataclass
+class Script:
+    """What the fake backend does for one request: yield ``deltas``, then maybe raise or cancel.
+
+    Attributes:
+        deltas: the text deltas to yield.
+        raise_after: raise ``error`` after this many deltas (None: never).
+        cancel_after: call ``gate.scope.cancel()`` after this many deltas (None: never).
+        error: what to raise.
+    """
+
+    deltas: list[str]
+    raise_after: int | None = None
+    cancel_after: int | None = None
+    error: Exception = field(default_factory=lambda: BackendError("backend exploded"))
+    yielded: int = 0
+    finished: bool = False
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakeLLM(LocalLLMHandler):
+    """Plays one :class:`Script` per request."""
+
+    def __init__(self, *args: Any, scripts: list[Script], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scripts = list(scripts)
+
+    def load(self) -> None:
+        pass
+
+    def stream(
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+    ) -> Iterator[str]:
+        script = self.scripts.pop(0)
+        script.messages = messages
+        for i, delta in enumerate(script.deltas):
+            if script.raise_after == i:
+                raise script.error
+            if script.cancel_after == i:
+                self.gate.scope.cancel()  # barge-in while generating
+            script.yielded += 1
+            yield delta
+        if script.raise_after == len(script.deltas):
+            raise script.error
+        script.finished = True
+
+
+def make_llm(*scripts: Script, history_turns: int = 8, batch: int = 1) -> tuple[FakeLLM, list[Event]]:
+    gate, bus = Gate(), EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    config = LLMConfig(system_prompt="Be brief.", history_turns=history_turns, stream_batch_sentences=batch)
+    llm = FakeLLM(threading.Event(), None, None, gate, bus, config=config, scripts=list(scripts), name="llm:fake")
+    assert isinstance(llm, BaseLLMHandler)
+    llm.setup()
+    return llm, events
+
+
+def ask(llm: FakeLLM, text: str, stamp: Stamp | None = None, wants_audio: bool = True) -> list[Any]:
+    transcript = Transcript(stamp or llm.gate.new_turn_stamp(), text, wants_audio=wants_audio)
+    return list(llm.process(transcript))
+
+
+def texts(out: list[Any]) -> list[str]:
+    return [item.text for item in out if isinstance(item, TTSInput)]
+
+
+def history(llm: FakeLLM) -> list[tuple[str, str]]:
+    return [(item["role"], item["content"]) for item in llm.chat.items() if item["type"] == "message"]
+
+
+def replies(llm: FakeLLM) -> list[str]:
+    return [content for role, content in history(llm) if role == "assistant"]
+
+
+def check_response(out: list[Any]) -> EndOfResponse:
+    """Every response: exactly one EndOfResponse, last; every TTSInput speakable and stripped."""
+    ends = [item for item in out if isinstance(item, EndOfResponse)]
+    assert len(ends) == 1
+    assert out[-1] is ends[0]
+    for item in out[:-1]:
+        assert isinstance(item, (TTSInput, TextOutput))
+        assert item.stamp == ends[0].stamp
+        if isinstance(item, TTSInput):
+            assert item.text and item.text == item.text.strip()
+            assert is_speakable(item.text), item.text
+    return ends[0]
+
+
+REPLY = ["Hello", " there", ".", " How", " can", " I", " help", "?", " Ask", " away", "."]
+
+
+def test_first_sentence_comes_out_before_stream_ends() -> None:
+    script = Script(REPLY)
+    llm, events = make_llm(script)
+    gen = llm.process(Transcript(llm.gate.new_turn_stamp(), "hi"))
+    first = next(gen)
+    assert isinstance(first, TTSInput)
+    assert first.text == "Hello there."
+    assert not script.finished
+    assert script.yielded == REPLY.index(" How") + 1
+    out = [first, *gen]
+    end = check_response(out)
+    assert texts(out) == ["Hello there.", "How can I help?", "Ask away."]
+    assert end.error is None
+    assert end.text == "Hello there. How can I help? Ask away."
+    assert [type(e) for e in events] == [UserTranscript, ResponseStarted, FirstToken, AssistantText]
+
+
+def test_batches_after_first_sentence() -> None:
+    llm, _ = make_llm(Script(REPLY), batch=2)
+    out = ask(llm, "hi")
+    check_response(out)
+    assert texts(out) == ["Hello there.", "How can I help? Ask away."]
+
+
+def test_markdown_and_emoji_filtered_and_punctuation_only_batches_skipped() -> None:
+    deltas = ["**Sure!**", " 😀😀.", " Here", " is", " `code`", ".", " ...", " 🎉"]
+    llm, _ = make_llm(Script(deltas))
+    out = ask(llm, "hi")
+    end = check_response(out)
+    assert texts(out) == ["Sure!", "Here is code."]
+    assert end.error is None
+
+
+def test_text_only_response_passes_raw_deltas() -> None:
+    deltas = ["**Sure**", " thing. ", "Done 😀"]
+    llm, _ = make_llm(Script(deltas))
+    out = ask(llm, "hi", wants_audio=False)
+    end = check_response(out)
+    assert texts(out) == []
+    assert [item.text for item in out if isinstance(item, TextOutput)] == deltas
+    assert end.error is None
+
+
+def test_backend_raises_before_any_text_speaks_fallback() -> None:
+    llm, events = make_llm(Script(["never"], raise_after=0))
+    out = ask(llm, "hi")
+    end = check_response(out)
+    assert texts(out) == [FAILURE_FALLBACK]
+    assert end.error is not None and "backend exploded" in end.error
+    assert replies(llm) == []
+    finals = [e for e in events if isinstance(e, AssistantText)]
+    assert len(finals) == 1 and finals[0].error == end.error
+
+
+def test_backend_raises_after_some_text_has_no_fallback() -> None:
+    llm, _ = make_llm(Script(REPLY, raise_after=REPLY.index(" can")))
+    out = ask(llm, "hi")
+    end = check_response(out)
+    assert texts(out) == ["Hello there."]
+    assert end.error is not None and "BackendError" in end.error
+    assert replies(llm) == []
+
+
+def test_provider_timeout_speaks_apology() -> None:
+    llm, _ = make_llm(Script(["Hel"], raise_after=1, error=ProviderTimeout("20 s")))
+    out = ask(llm, "hi")
+    end = check_response(out)
+    assert texts(out) == [TIMEOUT_APOLOGY]
+    assert end.error is not None and "timeout" in end.error
+
+
+@pytest.mark.parametrize("deltas", [[], [" ", "\n", " "]], ids=["nothing", "whitespace"])
+def test_empty_reply_ends_once_and_says_nothing_empty(deltas: list[str]) -> None:
+    llm, _ = make_llm(Script(deltas))
+    out = ask(llm, "hi")
+    end = check_response(out)
+    assert end.text == ""
+    assert all(text.strip() for text in texts(out))
+    assert replies(llm) == []
+
+
+def test_punctuation_only_reply_speaks_nothing() -> None:
+    llm, _ = make_llm(Script(["...", " 😀", " !"]))
+    out = ask(llm, "hi")
+    end = check_response(out)
+    assert texts(out) == []
+    assert end.error is None
+
+
+def test_empty_request_ends_without_calling_backend() -> None:
+    script = Script(["unused."])
+    llm, _ = make_llm(script)
+    out = ask(llm, "   ")
+    end = check_response(out)
+    assert end.error is not None
+    assert texts(out) == []
+    assert script.messages == []  # the backend was never asked
+    assert history(llm) == []
+
+
+def test_cancel_mid_stream_stops_speech_and_skips_history() -> None:
+    cancel_at = REPLY.index(" can")
+    script = Script(REPLY, cancel_after=cancel_at)
+    llm, events = make_llm(script)
+    stamp = llm.gate.new_turn_stamp()
+    out = ask(llm, "hi", stamp)
+    end = check_response(out)
+    assert texts(out) == ["Hello there."]  # released before the barge-in, nothing after it
+    assert end.stamp == stamp
+    assert end.error is not None
+    assert not llm.gate.admits(stamp)
+    # the stream was abandoned right after the cancel, not drained
+    assert script.yielded == cancel_at + 1
+    assert not script.finished
+    assert replies(llm) == []
+    assert not any(isinstance(e, AssistantText) for e in events)
+
+
+def test_cancel_before_first_sentence_emits_only_end() -> None:
+    llm, _ = make_llm(Script(REPLY, cancel_after=1))
+    out = ask(llm, "hi")
+    check_response(out)
+    assert texts(out) == []  # not even the failure fallback
+
+
+def test_stale_transcript_still_ends_once() -> None:
+    script = Script(REPLY)
+    llm, _ = make_llm(script)
+    stamp = llm.gate.new_turn_stamp()
+    llm.gate.turns.revise(stamp.turn_id)
+    out = ask(llm, "old revision", stamp)
+    check_response(out)
+    assert texts(out) == []
+    assert script.messages == []
+    assert history(llm) == []
+
+
+def test_history_committed_on_success_and_bounded() -> None:
+    scripts = [Script([f"Answer {i}."]) for i in range(4)]
+    llm, _ = make_llm(*scripts, history_turns=2)
+    for i in range(4):
+        assert check_response(ask(llm, f"Question {i}")).error is None
+
+    # each request holds the system prompt, the kept history and the new question
+    first = scripts[0].messages
+    assert first[0]["role"] == "system" and "Be brief." in first[0]["content"]
+    assert [(m["role"], m["content"]) for m in scripts[1].messages[1:]] == [
+        ("user", "Question 0"),
+        ("assistant", "Answer 0."),
+        ("user", "Question 1"),
+    ]
+    assert [m["content"] for m in scripts[3].messages[1:]] == [
+        "Question 1",
+        "Answer 1.",
+        "Question 2",
+        "Answer 2.",
+        "Question 3",
+    ]
+    assert history(llm) == [
+        ("user", "Question 2"),
+        ("assistant", "Answer 2."),
+        ("user", "Question 3"),
+        ("assistant", "Answer 3."),
+    ]
+
+
+def test_failed_turn_commits_no_reply() -> None:
+    llm, _ = make_llm(Script(["Fine."]), Script(["Half", " a"], raise_after=2), Script(["Again."]))
+    ask(llm, "one")
+    ask(llm, "two")
+    ask(llm, "three")
+    assert replies(llm) == ["Fine.", "Again."]
+    assert "Half a" not in [content for _, content in history(llm)]
+
+
+def test_chat_refuses_zero_size() -> None:
+    with pytest.raises(ValueError):
+        Chat(size=0)

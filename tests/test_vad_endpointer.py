@@ -1,0 +1,255 @@
+"""Endpointing on synthetic chunk probabilities, and the VAD stage around it."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from speech_to_speech.cancel import Gate
+from speech_to_speech.events import Event, EventBus, SpeechStarted, SpeechStopped, StageError
+from speech_to_speech.messages import END_OF_STREAM, AudioChunk, SpeechSegment
+from speech_to_speech.queues import StageQueue
+from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE, BaseVADHandler, Endpoint, Endpointer, VADConfig
+
+MS_PER_CHUNK = 1000 * CHUNK_SAMPLES / SAMPLE_RATE  # 32 ms
+
+SILENCE, SPEECH, WEAK = 0.0, 0.9, 0.4  # WEAK: below the start threshold, above the stop threshold
+
+# in chunks: 5 of speech minimum, 10 of silence to end a turn, 3 of padding, 100 at most
+CONFIG = VADConfig(
+    vad_threshold=0.5,
+    min_silence_ms=int(10 * MS_PER_CHUNK),
+    min_speech_ms=int(5 * MS_PER_CHUNK),
+    speech_pad_ms=int(3 * MS_PER_CHUNK),
+    max_speech_ms=int(100 * MS_PER_CHUNK),
+)
+PAD, SILENCE_CHUNKS = 3, 10
+
+
+def marked(index: int) -> np.ndarray:
+    """A chunk whose every sample holds its own index, so segments can be decoded back to chunk indices."""
+    return np.full(CHUNK_SAMPLES, float(index), dtype=np.float32)
+
+
+def chunk_indices(samples: np.ndarray) -> list[int]:
+    assert samples.dtype == np.float32
+    assert len(samples) % CHUNK_SAMPLES == 0
+    blocks = samples.reshape(-1, CHUNK_SAMPLES)
+    assert (blocks == blocks[:, :1]).all(), "chunks must be kept whole"
+    return [int(v) for v in blocks[:, 0]]
+
+
+def run(endpointer: Endpointer, probabilities: list[float]) -> list[tuple[int, str | Endpoint]]:
+    """Feed one marked chunk per probability; return (chunk index, result) for every non-None result."""
+    results = []
+    for i, p in enumerate(probabilities):
+        result = endpointer.feed(marked(i), p)
+        if result is not None:
+            results.append((i, result))
+    return results
+
+
+def endpoints(results: list[tuple[int, str | Endpoint]]) -> list[Endpoint]:
+    return [r for _, r in results if isinstance(r, Endpoint)]
+
+
+def test_speech_shorter_than_min_speech_is_ignored() -> None:
+    endpointer = Endpointer(CONFIG)
+    results = run(endpointer, [SILENCE] * 5 + [SPEECH] * 4 + [SILENCE] * 30)
+    assert [r for _, r in results] == ["start"]
+    assert not endpointer.in_speech
+    assert endpointer.flush() is None
+
+
+def test_speech_then_silence_yields_one_endpoint_with_preroll_and_padding() -> None:
+    onset, speech, trailing = 20, 10, 25
+    endpointer = Endpointer(CONFIG)
+    results = run(endpointer, [SILENCE] * onset + [SPEECH] * speech + [SILENCE] * trailing)
+
+    assert results[0] == (onset, "start")
+    found = endpoints(results)
+    assert len(found) == 1
+    assert len(results) == 2
+    # decided as soon as min_silence_ms of silence followed the speech
+    assert results[1][0] == onset + speech + SILENCE_CHUNKS - 1
+
+    indices = chunk_indices(found[0].samples)
+    last_speech = onset + speech - 1
+    assert indices == list(range(onset - PAD, last_speech + PAD + 1))  # pre-roll, speech, end padding
+    assert found[0].speech_end_offset == (last_speech + 1) * CHUNK_SAMPLES
+    assert endpointer.flush() is None
+
+
+def test_no_preroll_beyond_stream_start() -> None:
+    endpointer = Endpointer(CONFIG)
+    found = endpoints(run(endpointer, [SILENCE] + [SPEECH] * 8 + [SILENCE] * 12))
+    assert len(found) == 1
+    assert chunk_indices(found[0].samples) == list(range(0, 9 + PAD))
+
+
+def test_short_pause_and_weak_chunks_stay_in_one_utterance() -> None:
+    probabilities = [SILENCE] * 5 + [SPEECH] * 6 + [SILENCE] * 5 + [WEAK] * 2 + [SPEECH] * 3 + [SILENCE] * 15
+    endpointer = Endpointer(CONFIG)
+    results = run(endpointer, probabilities)
+    assert [r for _, r in results if isinstance(r, str)] == ["start"]
+    found = endpoints(results)
+    assert len(found) == 1
+    last_speech = 5 + 6 + 5 + 2 + 3 - 1
+    assert chunk_indices(found[0].samples) == list(range(5 - PAD, last_speech + PAD + 1))
+
+
+def test_preroll_for_speech_resuming_right_after_an_endpoint() -> None:
+    # the turn ends on the 10th silent chunk and the user speaks again at once: the next
+    # utterance still gets its pre-roll, taken from the silence that the first one trimmed
+    probabilities = [SILENCE] * 10 + [SPEECH] * 8 + [SILENCE] * SILENCE_CHUNKS + [SPEECH] * 8 + [SILENCE] * 12
+    found = endpoints(run(Endpointer(CONFIG), probabilities))
+    assert len(found) == 2
+    first, second = (chunk_indices(e.samples) for e in found)
+    assert first == list(range(10 - PAD, 18 + PAD))
+    onset = 10 + 8 + SILENCE_CHUNKS
+    assert second == list(range(onset - PAD, onset + 8 + PAD))
+    assert not set(first) & set(second)
+
+
+def test_weak_chunks_do_not_start_speech() -> None:
+    endpointer = Endpointer(CONFIG)
+    assert run(endpointer, [WEAK] * 40) == []
+    assert not endpointer.in_speech
+
+
+def test_flush_returns_utterance_in_progress() -> None:
+    endpointer = Endpointer(CONFIG)
+    results = run(endpointer, [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 5)
+    assert endpoints(results) == []
+    assert endpointer.in_speech
+    end = endpointer.flush()
+    assert isinstance(end, Endpoint)
+    # trailing silence is trimmed to the padding here too
+    assert chunk_indices(end.samples) == list(range(4 - PAD, 4 + 8 + PAD))
+    assert not endpointer.in_speech
+    assert endpointer.flush() is None
+
+
+def test_flush_drops_too_short_utterance() -> None:
+    endpointer = Endpointer(CONFIG)
+    run(endpointer, [SPEECH] * 3)
+    assert endpointer.flush() is None
+
+
+def test_max_speech_cuts_and_loses_nothing() -> None:
+    total, max_chunks = 50, 20
+    endpointer = Endpointer(dataclasses.replace(CONFIG, max_speech_ms=int(max_chunks * MS_PER_CHUNK)))
+    results = run(endpointer, [SPEECH] * total)
+    found = endpoints(results)
+    assert len(found) == total // max_chunks
+    assert all(len(e.samples) == max_chunks * CHUNK_SAMPLES for e in found)
+    tail = endpointer.flush()
+    assert tail is not None
+    pieces = [*found, tail]
+    assert [i for e in pieces for i in chunk_indices(e.samples)] == list(range(total))
+
+
+def test_threshold_must_be_a_probability() -> None:
+    with pytest.raises(ValueError):
+        Endpointer(VADConfig(vad_threshold=1.5))
+
+
+# -- the VAD stage ---------------------------------------------------------------------------
+
+
+class FakeVAD(BaseVADHandler):
+    """Scores each chunk with the value stored in its first sample."""
+
+    poll_s = 0.02
+
+    def load(self) -> None:
+        self.scored = 0
+
+    def speech_probability(self, chunk: np.ndarray) -> float:
+        assert len(chunk) == CHUNK_SAMPLES
+        self.scored += 1
+        return float(chunk[0])
+
+
+def audio(probabilities: list[float], per_item: int = 2) -> list[AudioChunk]:
+    """AudioChunks of ``per_item`` VAD chunks each, every VAD chunk filled with its probability."""
+    samples = np.repeat(np.asarray(probabilities, dtype=np.float32), CHUNK_SAMPLES)
+    size = per_item * CHUNK_SAMPLES
+    return [
+        AudioChunk(samples[start : start + size], SAMPLE_RATE, time.monotonic(), start)
+        for start in range(0, len(samples), size)
+    ]
+
+
+def run_vad(items: list[AudioChunk]) -> tuple[list[object], list[Event], Gate, FakeVAD]:
+    stop, gate, bus = threading.Event(), Gate(), EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    inq, outq = StageQueue(len(items) + 1), StageQueue(16)
+    for item in items:
+        inq.put(item)
+    inq.put(END_OF_STREAM)
+    vad = FakeVAD(stop, inq, outq, gate, bus, config=CONFIG, name="vad:fake")
+    vad.start()
+    vad.join(2.0)
+    assert not vad.is_alive(), "the VAD stage must end by itself after END_OF_STREAM"
+    out = []
+    while not outq.empty():
+        out.append(outq.get_nowait())
+    return out, events, gate, vad
+
+
+def test_vad_stage_emits_one_segment_with_fresh_turn() -> None:
+    probabilities = [SILENCE] * 10 + [SPEECH] * 10 + [SILENCE] * 16
+    items = audio(probabilities)
+    out, events, gate, vad = run_vad(items)
+
+    assert vad.scored == len(probabilities)  # 1024-sample items were re-blocked into 512-sample chunks
+    assert out[-1] is END_OF_STREAM
+    segments = out[:-1]
+    assert len(segments) == 1
+    segment = segments[0]
+    assert isinstance(segment, SpeechSegment)
+    assert segment.sample_rate == SAMPLE_RATE
+    assert len(segment.samples) == (10 + 2 * PAD) * CHUNK_SAMPLES
+    assert segment.stamp.turn_id == 1 and segment.stamp.revision == 0
+    assert segment.stamp.generation == gate.scope.generation
+    assert gate.admits(segment.stamp)
+    assert gate.turns.latest_revision(segment.stamp.turn_id) == 0
+    assert segment.stream_end_offset == 20 * CHUNK_SAMPLES
+    # the last speech chunk (index 19) arrived in item 9
+    assert segment.speech_end_time == items[9].time
+    assert segment.endpoint_time >= segment.speech_end_time
+
+    kinds = [type(e) for e in events]
+    assert kinds == [SpeechStarted, SpeechStopped]
+    assert all(e.turn_id == segment.stamp.turn_id for e in events)
+    stopped = events[1]
+    assert isinstance(stopped, SpeechStopped)
+    assert stopped.duration_ms == pytest.approx(1000 * len(segment.samples) / SAMPLE_RATE)
+    assert stopped.endpoint_delay_ms >= 0
+
+
+def test_vad_stage_new_turn_per_utterance_and_flush_at_end() -> None:
+    probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 12 + [SPEECH] * 2 + [SILENCE] * 12 + [SPEECH] * 6
+    out, events, _, _ = run_vad(audio(probabilities, per_item=3))
+    segments = [item for item in out if isinstance(item, SpeechSegment)]
+    # the 2-chunk blip is noise; the last utterance is still in progress at the end and is flushed
+    assert len(segments) == 2
+    assert segments[0].stamp.turn_id < segments[1].stamp.turn_id
+    assert len(segments[1].samples) == (PAD + 6) * CHUNK_SAMPLES
+    stopped = [e.turn_id for e in events if isinstance(e, SpeechStopped)]
+    assert stopped == [s.stamp.turn_id for s in segments]
+    assert out[-1] is END_OF_STREAM
+
+
+def test_vad_stage_reports_wrong_sample_rate() -> None:
+    bad = AudioChunk(np.zeros(CHUNK_SAMPLES, dtype=np.float32), 8_000, time.monotonic())
+    out, events, _, _ = run_vad([bad, *audio([SPEECH] * 8)])
+    errors = [e for e in events if isinstance(e, StageError)]
+    assert len(errors) == 1 and "16000" in errors[0].message
+    assert sum(isinstance(item, SpeechSegment) for item in out) == 1  # it carried on

@@ -149,7 +149,8 @@ class OpenAICompatibleConfig(LLMConfig):
         responses_api_base_url: endpoint base URL ("" = the official OpenAI API).
         responses_api_api_key: API key ("" = ``$OPENAI_API_KEY``; loopback URLs get "none").
         responses_api_stream: stream the response (False = one blocking request).
-        request_timeout_s: total request timeout, s; the connect timeout is ``min(10, total)``.
+        request_timeout_s: request timeout, s (each read may take this long; no retries);
+            the connect timeout is ``min(10, request_timeout_s)``.
         reasoning_effort: sent as ``reasoning_effort`` to non-OpenAI endpoints when set.
     """
 

@@ -106,7 +106,7 @@ class OpenAICompatibleHandler(BaseLLMHandler):
             api_key=api_key,
             base_url=cfg.responses_api_base_url or None,
             timeout=httpx.Timeout(total, connect=min(10.0, total)),
-            max_retries=1,
+            max_retries=0,  # a retry would double the wait; the user is listening
         )
         self.extra_body = build_extra_body(cfg.responses_api_base_url, cfg.reasoning_effort)
         self.official = is_official_openai(cfg.responses_api_base_url)

@@ -1,0 +1,105 @@
+"""The local LLM backends (transformers, mlx-lm) with the embedded SmolLM2 model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speech_to_speech.cancel import Gate
+from speech_to_speech.events import EventBus
+from speech_to_speech.llm import LLMConfig
+from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
+from speech_to_speech.registry import get_backend
+
+pytestmark = pytest.mark.models
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module", params=["transformers", "mlx-lm"])
+def handler(request: pytest.FixtureRequest) -> Any:
+    if request.param == "mlx-lm":
+        pytest.importorskip("mlx_lm", reason="install the 'mlx' extra")
+    handler_cls = get_backend("llm", request.param).load_handler_class()
+    llm = handler_cls(
+        stop_event=threading.Event(),
+        input_queue=None,
+        output_queue=None,
+        gate=Gate(),
+        bus=EventBus(),
+        config=LLMConfig(max_new_tokens=200, stream_batch_sentences=1),
+        device="cpu",
+    )
+    llm.setup()
+    return llm
+
+
+def ask(llm: Any, text: str) -> Transcript:
+    return Transcript(llm.gate.new_turn_stamp(), text)
+
+
+def test_reply_streams_sentences_and_ends_once(handler: Any) -> None:
+    handler.chat.reset()
+    out = list(handler.process(ask(handler, "What is the capital of France?")))
+    spoken = [m.text for m in out if isinstance(m, TTSInput)]
+    ends = [m for m in out if isinstance(m, EndOfResponse)]
+    assert spoken and all(s.strip() for s in spoken)
+    assert len(ends) == 1 and out[-1] is ends[0] and ends[0].error is None
+    roles = [item["role"] for item in handler.chat.items()]
+    assert roles == ["user", "assistant"]
+    assert handler.chat.items()[1]["content"] == ends[0].text
+
+
+def test_second_turn_sees_history(handler: Any) -> None:
+    handler.chat.reset()
+    list(handler.process(ask(handler, "My name is Alice.")))
+    out = list(handler.process(ask(handler, "Hello again.")))
+    assert [i["role"] for i in handler.chat.items()] == ["user", "assistant", "user", "assistant"]
+    assert isinstance(out[-1], EndOfResponse)
+
+
+def test_cancel_stops_generation_between_tokens(handler: Any) -> None:
+    handler.chat.reset()
+    prompt = "Tell me a long story about a dragon, in many sentences."
+    stream = handler.process(ask(handler, prompt))
+    after_cancel: list[Any] = []
+    for message in stream:
+        if isinstance(message, TTSInput) and not after_cancel:
+            handler.gate.scope.cancel()  # barge-in right after the first sentence
+            after_cancel.append(message)
+            continue
+        if after_cancel:
+            after_cancel.append(message)
+    assert after_cancel, "no sentence was produced"
+    tail = after_cancel[1:]
+    assert len(tail) == 1 and isinstance(tail[0], EndOfResponse) and tail[0].error == "cancelled"
+    # generation stopped soon after the cancel instead of running to max_new_tokens
+    assert len(tail[0].text.split()) < 120
+    assert all(item["role"] != "assistant" for item in handler.chat.items())  # nothing unheard was committed
+    workers = [t for t in threading.enumerate() if t.name.endswith(":generate")]
+    for worker in workers:
+        worker.join(10)
+    assert not any(t.is_alive() for t in workers)
+
+
+def test_mlx_lm_from_the_command_line(tmp_path: Path) -> None:
+    pytest.importorskip("mlx_lm", reason="install the 'mlx' extra")
+    out = tmp_path / "out.wav"
+    flags = ["--llm_backend", "mlx-lm", "--input_text", "Hi!", "--output_audio", str(out)]
+    result = subprocess.run(
+        [sys.executable, "s2s_pipeline.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "assistant:" in result.stdout
+    audio, _ = sf.read(str(out), dtype="float32")
+    assert np.sqrt(np.mean(audio**2)) > 0.005

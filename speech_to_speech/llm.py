@@ -128,6 +128,7 @@ class LLMConfig:
         compact_history: summarise old turns in the background instead of dropping them.
         stream_batch_sentences: sentences per TTS batch after the first.
         language: "auto" passes the STT's detected language to the prompt.
+        audio_history_turns: user turns whose audio stays in history (older audio becomes text).
     """
 
     llm_model: str = ""
@@ -138,6 +139,7 @@ class LLMConfig:
     compact_history: bool = False
     stream_batch_sentences: int = 2
     language: str = "en"
+    audio_history_turns: int = 1
 
 
 @dataclass
@@ -353,6 +355,7 @@ class BaseLLMHandler(BaseHandler):
                 self.chat.finalize_provisional_generation(st.key)
                 committed = True
                 self.chat.trim_if_needed()
+                self.chat.compact_audio_history(self.config.audio_history_turns)
             except Exception as exc:
                 st.error = f"history: {exc}"
                 logger.exception("%s: history write failed", self.name)

@@ -6,6 +6,7 @@ streams text), driven through :meth:`BaseLLMHandler.process` without a thread.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class FakeLLM(LocalLLMHandler):
     def __init__(self, *args: Any, scripts: list[Script], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.scripts = list(scripts)
+        self.scripts_seen: list[list[dict[str, Any]]] = []
 
     def load(self) -> None:
         pass
@@ -67,6 +69,7 @@ class FakeLLM(LocalLLMHandler):
     ) -> Iterator[str]:
         script = self.scripts.pop(0)
         script.messages = messages
+        self.scripts_seen.append(messages)
         for i, delta in enumerate(script.deltas):
             if script.raise_after == i:
                 raise script.error
@@ -302,3 +305,24 @@ def test_failed_turn_commits_no_reply() -> None:
 def test_chat_refuses_zero_size() -> None:
     with pytest.raises(ValueError):
         Chat(size=0)
+
+
+def test_language_auto_passes_detected_language_to_prompt() -> None:
+    llm, _ = make_llm(Script(["Bonjour."]), Script(["Hello."]))
+    llm.config.language = "auto"
+    out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Bonjour, comment ça va ?", language="fr")))
+    assert isinstance(out[-1], EndOfResponse)
+    system = llm.scripts_seen[0][0]
+    assert system["role"] == "system" and "French" in system["content"]
+    llm.config.language = "en"  # a fixed language does not add a rule
+    list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Hello", language="fr")))
+    assert "French" not in llm.scripts_seen[1][0]["content"]
+
+
+def test_local_messages_are_cleaned_before_the_model() -> None:
+    llm, _ = make_llm(Script(["One."]))
+    llm.chat.add_item({"type": "message", "role": "assistant", "content": "Earlier reply"})
+    ask(llm, "Question")
+    roles = [m["role"] for m in llm.scripts_seen[0]]
+    assert roles[0] == "system" and roles[1] == "user"  # a user message follows the system prompt
+    assert all(a != b or a == "tool" for a, b in itertools.pairwise(roles))

@@ -7,10 +7,11 @@ at the source for input (to 16 kHz) and at the sink for output.
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
+import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from speech_to_speech.events import Event, FirstAudio, ResponseDone
+from speech_to_speech.events import Event, ResponseDone
 from speech_to_speech.handler import BaseHandler
-from speech_to_speech.messages import END_OF_STREAM, AudioChunk, AudioOutput, EndOfResponse, Transcript
+from speech_to_speech.messages import END_OF_STREAM, AudioChunk, AudioOutput, Transcript
+from speech_to_speech.playback import PacedAudioSink
 from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
@@ -240,74 +242,21 @@ def check_output_device(sample_rate: int) -> Any:
     return sd
 
 
-class BaseAudioSink(BaseHandler):
-    """Consumes :class:`AudioOutput` and :class:`EndOfResponse`; publishes timing events.
-
-    Subclasses implement :meth:`write` (float32 mono at :attr:`sample_rate`).
-    Each incoming chunk is resampled (soxr, stateful per response) to the
-    sink's rate.
-
-    Args:
-        sample_rate: the sink's rate, Hz.
-    """
-
-    def __init__(self, *args: Any, sample_rate: int, **kwargs: Any) -> None:
-        super().__init__(*args, output_queue=None, **kwargs)
-        self.sample_rate = sample_rate
-        self._resampler: soxr.ResampleStream | None = None
-        self._resampler_rate = 0
-        self._turns_with_audio: set[int] = set()
-
-    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
-        """Deliver float32 mono samples at :attr:`sample_rate`."""
-        raise NotImplementedError
-
-    def end_response(self, item: EndOfResponse) -> None:
-        """Called after the last chunk of a response (flush, drain)."""
-
-    def _resample(self, item: AudioOutput, last: bool = False) -> np.ndarray:
-        if item.sample_rate == self.sample_rate:
-            return item.samples
-        if self._resampler is None or self._resampler_rate != item.sample_rate:
-            self._resampler = soxr.ResampleStream(item.sample_rate, self.sample_rate, 1, dtype="float32")
-            self._resampler_rate = item.sample_rate
-        return self._resampler.resample_chunk(item.samples, last=last)
-
-    def process(self, item: Any) -> Iterator[None]:
-        if not isinstance(item, (AudioOutput, EndOfResponse)):  # text deltas, tool calls: shown via events
-            return iter(())
-        if isinstance(item, EndOfResponse):
-            if self._resampler is not None:
-                tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
-                self._resampler = None
-                if len(tail):
-                    self.write(tail, AudioOutput(item.stamp, tail, self.sample_rate))
-            self.end_response(item)
-            self.bus.publish(ResponseDone(item.stamp.turn_id, text=item.text, error=item.error))
-            return iter(())
-        if not self.gate.admits(item.stamp):
-            return iter(())
-        samples = self._resample(item)
-        if item.stamp.turn_id not in self._turns_with_audio:
-            self._turns_with_audio.add(item.stamp.turn_id)
-            self.bus.publish(FirstAudio(item.stamp.turn_id))
-        if len(samples):
-            self.write(samples, item)
-        return iter(())
-
-
-class FileSink(BaseAudioSink):
+class FileSink(PacedAudioSink):
     """Writes the assistant's audio to a WAV file on the input's timeline.
 
-    A chunk is placed at the time it reached the sink (seconds since the input
-    started, see :class:`StreamClock`) or right after the previous chunk,
-    whichever is later; gaps are silence. The file is written on shutdown and
+    Each chunk is placed at its play time (seconds since the input started,
+    see :class:`StreamClock`); gaps are silence. A barge-in cuts the reply at
+    the interruption, as a speaker would. The file is written on shutdown and
     is at least as long as the input.
 
     Args:
         path: output WAV path.
         clock: the run's timeline.
         sample_rate: Hz of the file (default 16 kHz, the input's rate, so both mix).
+
+    Raises:
+        FileNotFoundError: if the output folder does not exist.
     """
 
     def __init__(
@@ -316,49 +265,89 @@ class FileSink(BaseAudioSink):
         super().__init__(*args, sample_rate=sample_rate, **kwargs)
         self.path = Path(path)
         self.clock = clock
-        self.min_duration_s = 0.0
-        self._pieces: list[tuple[int, np.ndarray]] = []
-        self._cursor = 0
+        self._pieces: list[tuple[int, np.ndarray, Any]] = []
         if not self.path.parent.is_dir():
             raise FileNotFoundError(f"output folder does not exist: {self.path.parent}")
 
-    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
-        start = max(self._cursor, int(self.clock.now() * self.sample_rate))
-        self._pieces.append((start, samples.copy()))
-        self._cursor = start + len(samples)
+    def _position(self, when: float) -> int:
+        return max(0, int((when - self.clock.start) * self.sample_rate))
+
+    def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
+        self._pieces.append((self._position(start), samples.copy(), item.stamp))
+
+    def on_interrupt(self, at: float) -> None:
+        cut = self._position(at)
+        kept = []
+        for position, samples, stamp in self._pieces:
+            if not self.gate.admits(stamp) and position + len(samples) > cut:
+                samples = samples[: max(0, cut - position)]
+            if len(samples):
+                kept.append((position, samples, stamp))
+        self._pieces = kept
 
     def cleanup(self) -> None:
-        length = max(
-            self._cursor, int(self.min_duration_s * self.sample_rate), int(self.clock.now() * self.sample_rate)
-        )
+        end = max((p + len(s) for p, s, _ in self._pieces), default=0)
+        length = max(end, self._position(time.monotonic()))
         audio = np.zeros(length, dtype=np.float32)
-        for start, samples in self._pieces:
-            audio[start : start + len(samples)] = samples
+        for position, samples, _ in self._pieces:
+            audio[position : position + len(samples)] = samples
         sf.write(str(self.path), np.clip(audio, -1.0, 1.0), self.sample_rate, subtype="PCM_16")
         logger.info("wrote %.1f s of audio to %s", length / self.sample_rate, self.path)
 
 
-class SpeakerSink(BaseAudioSink):
-    """Plays the assistant's audio on the default output device (blocking writes pace it).
+class SpeakerSink(PacedAudioSink):
+    """Plays the assistant's audio on the default output device.
+
+    A sounddevice callback pulls from a small buffer that the sink fills
+    ``lead_s`` ahead of play time; on barge-in the buffer is emptied, so the
+    speaker goes quiet within one device block.
 
     Raises (from :meth:`setup`):
         AudioDeviceError: if PortAudio or an output device is missing.
     """
 
+    lead_s = 0.08
+
     def __init__(self, *args: Any, sample_rate: int = 24_000, **kwargs: Any) -> None:
         super().__init__(*args, sample_rate=sample_rate, **kwargs)
         self._stream: Any = None
+        self._buffer: collections.deque[tuple[np.ndarray, Any]] = collections.deque()
+        self._buffer_lock = threading.Lock()
 
     def setup(self) -> None:
         sd = check_output_device(self.sample_rate)
         try:
-            self._stream = sd.OutputStream(samplerate=self.sample_rate, channels=1, dtype="float32")
+            self._stream = sd.OutputStream(
+                samplerate=self.sample_rate, channels=1, dtype="float32", blocksize=480, callback=self._callback
+            )
             self._stream.start()
         except Exception as exc:
             raise AudioDeviceError(f"no usable speaker ({exc})") from exc
 
-    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
-        self._stream.write(samples.reshape(-1, 1))
+    def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        filled = 0
+        with self._buffer_lock:
+            while filled < frames and self._buffer:
+                samples, stamp = self._buffer[0]
+                if not self.gate.admits(stamp):  # cancelled: never play another sample of it
+                    self._buffer.popleft()
+                    continue
+                take = min(frames - filled, len(samples))
+                outdata[filled : filled + take, 0] = samples[:take]
+                filled += take
+                if take == len(samples):
+                    self._buffer.popleft()
+                else:
+                    self._buffer[0] = (samples[take:], stamp)
+        outdata[filled:, 0] = 0.0
+
+    def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
+        with self._buffer_lock:
+            self._buffer.append((samples, item.stamp))
+
+    def on_interrupt(self, at: float) -> None:
+        with self._buffer_lock:
+            self._buffer = collections.deque(e for e in self._buffer if self.gate.admits(e[1]))
 
     def cleanup(self) -> None:
         if self._stream is not None:
@@ -366,14 +355,11 @@ class SpeakerSink(BaseAudioSink):
             self._stream.close()
 
 
-class NullSink(BaseAudioSink):
-    """Discards audio but still reports timing (used when no output is wanted)."""
+class NullSink(PacedAudioSink):
+    """Discards audio (paced like a speaker) but still reports timing."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, sample_rate=SAMPLE_RATE, **kwargs)
 
-    def _resample(self, item: AudioOutput, last: bool = False) -> np.ndarray:
-        return item.samples
-
-    def write(self, samples: np.ndarray, item: AudioOutput) -> None:
+    def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
         pass

@@ -350,6 +350,19 @@ class Chat:
                     return True
             return False
 
+    def replace_assistant_message_text(self, item_id: str, text: str) -> bool:
+        """Replace the text of the assistant message ``item_id`` (e.g. cut to what was heard).
+
+        Returns:
+            True if the message was found and edited, False if there is no assistant message ``item_id``.
+        """
+        with self._lock:
+            for index, item in enumerate(self._buffer):
+                if item.get("id") == item_id and item.get("type") == "message" and item.get("role") == "assistant":
+                    self._buffer[index] = {**item, "content": text}
+                    return True
+            return False
+
     def remove_user_message(self, item_id: str) -> bool:
         """Remove the user message ``item_id`` (withdraw a speculative user turn).
 

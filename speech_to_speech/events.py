@@ -36,7 +36,9 @@ class Event:
 
 @dataclass
 class SpeechStarted(Event):
-    """The VAD detected the start of user speech."""
+    """The VAD detected the start of user speech (``revision`` > 0: a reopened turn)."""
+
+    revision: int = 0
 
 
 @dataclass
@@ -103,6 +105,19 @@ class ResponseDone(Event):
 
     text: str = ""
     error: str | None = None
+
+
+@dataclass
+class ResponseInterrupted(Event):
+    """The user barged in while this turn's reply was playing.
+
+    Attributes:
+        heard_text: the words played before the interruption.
+        audio_end_ms: how much of the reply's audio was played, ms.
+    """
+
+    heard_text: str = ""
+    audio_end_ms: float = 0.0
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ from speech_to_speech.events import AssistantText, FirstToken, ResponseStarted, 
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import EndOfResponse, TextOutput, ToolCallRequest, Transcript, TTSInput
 from speech_to_speech.prompts import (
+    INTERRUPTION_MARKER,
     build_text_system_prompt,
     build_voice_system_prompt,
     clean_messages_for_local_model,
@@ -197,6 +199,9 @@ class BaseLLMHandler(BaseHandler):
         self.device = device
         self.chat = Chat(size=config.history_turns, compactor=self._compact if config.compact_history else None)
         self.tools: list[dict[str, Any]] = []
+        self._history_lock = threading.Lock()  # commit vs. cutting a reply to what was heard
+        self._user_items: dict[int, str] = {}  # turn id -> id of its user message
+        self._responses: dict[int, list[str | None]] = {}  # turn id -> [response key, assistant item id]
 
     # -- backend hooks --------------------------------------------------------------
     def setup(self) -> None:
@@ -247,14 +252,48 @@ class BaseLLMHandler(BaseHandler):
             logger.warning("%s: turn %d has no text to answer", self.name, stamp.turn_id)
             yield EndOfResponse(stamp, error="empty request: no user text")
             return
-        self.chat.add_item({"type": "message", "role": "user", "content": item.text})
+        self._add_user_text(stamp, item.text)
         yield from self._generate(item, self.build_request(item))
+
+    def _add_user_text(self, stamp: Stamp, text: str) -> None:
+        """Add the user's turn, or edit it in place when this is a new revision of it."""
+        previous = self._user_items.get(stamp.turn_id)
+        if stamp.revision > 0 and previous is not None and self.chat.replace_user_message_text(previous, text):
+            return
+        stored = self.chat.add_item({"type": "message", "role": "user", "content": text})
+        self._user_items[stamp.turn_id] = stored["id"]
+        while len(self._user_items) > 4 * self.config.history_turns:
+            self._user_items.pop(next(iter(self._user_items)))
+
+    def apply_heard_text(self, turn_id: int, heard: str) -> None:
+        """Cut the assistant's reply to turn ``turn_id`` to the words the user heard.
+
+        Called on barge-in. A reply already in history is shortened; one not yet
+        written is refused (tombstone) and the heard words are stored instead.
+        The interruption is marked so the model knows it was cut off.
+        """
+        text = (heard.strip() + INTERRUPTION_MARKER).strip()
+        with self._history_lock:
+            record = self._responses.get(turn_id)
+            if record is None:
+                return
+            key, item_id = record
+            if item_id is not None:
+                self.chat.replace_assistant_message_text(item_id, text)
+                return
+            self.chat.cancel_provisional_generation(str(key))
+            if heard.strip():
+                record[1] = self.chat.add_item({"type": "message", "role": "assistant", "content": text})["id"]
 
     def _stale(self, stamp: Stamp) -> bool:
         return self.stop_event.is_set() or not self.gate.admits(stamp)
 
     def _generate(self, item: Transcript, request: LLMRequest) -> Iterator[Any]:
         st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio)
+        with self._history_lock:
+            self._responses[st.stamp.turn_id] = [st.key, None]
+            while len(self._responses) > 4 * self.config.history_turns:
+                self._responses.pop(next(iter(self._responses)))
         sent = False
         try:
             if not any(i.get("role") == "user" or i.get("type") == "function_call_output" for i in request.items):
@@ -350,9 +389,13 @@ class BaseLLMHandler(BaseHandler):
         if not stale and st.error is None:
             try:
                 assistant = [{"type": "message", "role": "assistant", "content": text}] if text else []
-                if assistant and self.chat.add_provisional_generation_items(st.key, assistant) is None:
-                    raise RuntimeError("response was cancelled before it was written")
-                self.chat.finalize_provisional_generation(st.key)
+                with self._history_lock:
+                    stored = self.chat.add_provisional_generation_items(st.key, assistant) if assistant else []
+                    if stored is None:
+                        raise RuntimeError("response was cancelled before it was written")
+                    self.chat.finalize_provisional_generation(st.key)
+                    if stored and st.stamp.turn_id in self._responses:
+                        self._responses[st.stamp.turn_id][1] = stored[0]["id"]
                 committed = True
                 self.chat.trim_if_needed()
                 self.chat.compact_audio_history(self.config.audio_history_turns)

@@ -24,8 +24,10 @@ from speech_to_speech.audio_io import (
 )
 from speech_to_speech.cancel import Gate
 from speech_to_speech.cli import config_from_args
-from speech_to_speech.events import EventBus
+from speech_to_speech.events import Event, EventBus, ResponseInterrupted, SpeechStarted
 from speech_to_speech.handler import BaseHandler
+from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.playback import Interrupt
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.registry import get_backend
 from speech_to_speech.vad import SAMPLE_RATE
@@ -114,6 +116,37 @@ class Pipeline:
             self.sink.join(poll_s)
         if self.source.setup_error is not None:
             raise PipelineError(_describe(self.source.setup_error))
+
+    def on_event(self, event: Event) -> None:
+        """Barge-in: on speech start flush stale work and cut the reply being played;
+        when the sink reports what was heard, cut the reply in history to that."""
+        if isinstance(event, SpeechStarted):
+            self.interrupt(event.time)
+        elif isinstance(event, ResponseInterrupted):
+            for stage in self.stages:
+                if isinstance(stage, BaseLLMHandler):
+                    stage.apply_heard_text(event.turn_id, event.heard_text)
+
+    def interrupt(self, at: float) -> int:
+        """Drop every queued item whose stamp is stale and tell the sink to cut playback at ``at``.
+
+        The generation must already have moved on (the VAD bumps it on speech start).
+
+        Returns:
+            The number of queued items dropped.
+        """
+
+        def stale(item: object) -> bool:
+            stamp = getattr(item, "stamp", None)
+            return stamp is not None and not getattr(item, "bypasses_gate", False) and not self.gate.admits(stamp)
+
+        dropped = sum(q.drop_where(stale) for q in self.queues)
+        sink_queue = self.sink.input_queue
+        if sink_queue is not None:
+            sink_queue.put_unless_stopped(Interrupt(at), self.stop_event)
+        if dropped:
+            logger.info("barge-in: dropped %d stale queued items", dropped)
+        return dropped
 
     def stop(self, timeout_s: float = 2.0) -> list[str]:
         """Signal every stage to stop and join them within ``timeout_s`` in total.
@@ -208,7 +241,9 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
     stages.append(backend_stage("llm", args.llm_backend, transcripts, tts_inputs))
     stages.append(backend_stage("tts", args.tts, tts_inputs, audio_out))
     stages.append(_make_sink(args, audio_out, clock, common))
-    return Pipeline(stages, stop, gate, bus, clock, queues)
+    pipeline = Pipeline(stages, stop, gate, bus, clock, queues)
+    bus.subscribe(pipeline.on_event)
+    return pipeline
 
 
 _NO_DEVICE_HINT = (

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from speech_to_speech.cancel import Stamp
 from speech_to_speech.handler import BaseHandler
-from speech_to_speech.messages import AudioOutput, TTSInput
+from speech_to_speech.messages import AudioOutput, EndOfResponse, TTSInput
+from speech_to_speech.text import split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +27,15 @@ class TTSConfig:
     """
 
     tts_voice: str = ""
-    tts_chunk_ms: int = 200
+    tts_chunk_ms: int = 100
 
 
 class BaseTTSHandler(BaseHandler):
     """Consumes :class:`TTSInput`, emits :class:`AudioOutput` chunks.
+
+    Text is synthesised a sentence at a time; each chunk carries the words
+    whose (estimated) start falls inside it, so sinks can show and record
+    exactly the words that were played.
 
     Every other message (:class:`EndOfResponse`, text deltas, tool calls) is
     passed on unchanged, in order with the audio around it.
@@ -46,6 +52,7 @@ class BaseTTSHandler(BaseHandler):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.config = config
         self.device = device
+        self._responses_begun: set[Stamp] = set()  # responses whose first word was spoken
 
     def setup(self) -> None:
         self.load()
@@ -60,18 +67,40 @@ class BaseTTSHandler(BaseHandler):
 
     def process(self, item: Any) -> Iterator[Any]:
         if not isinstance(item, TTSInput):  # text deltas, tool calls, end of response: in order
+            if isinstance(item, EndOfResponse):
+                self._responses_begun.discard(item.stamp)
             yield item
             return
         if not self.gate.admits(item.stamp):
             return
         chunk = max(1, self.sample_rate * self.config.tts_chunk_ms // 1000)
-        first = True
-        for audio in self.synthesize(item.text):
-            audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        for sentence in split_sentences(item.text) or [item.text]:
+            if not self.gate.admits(item.stamp):
+                return
+            parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in self.synthesize(sentence)]
+            audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+            if not len(audio):
+                continue
+            words = self._words(item.stamp, sentence)
             for start in range(0, len(audio), chunk):
                 if not self.gate.admits(item.stamp):
                     return
-                yield AudioOutput(
-                    item.stamp, audio[start : start + chunk], self.sample_rate, item.text if first else ""
-                )
-                first = False
+                text = "".join(w for w, at in words if start <= at * len(audio) < start + chunk)
+                yield AudioOutput(item.stamp, audio[start : start + chunk], self.sample_rate, text)
+
+    def _words(self, stamp: Stamp, sentence: str) -> list[tuple[str, float]]:
+        """Words of ``sentence`` with their estimated start as a fraction of its audio.
+
+        The estimate is proportional to characters: good enough to cut a reply
+        to what was heard at chunk granularity. The first word of a response
+        has no leading space; every later word has one.
+        """
+        words = sentence.split()
+        total = max(1, sum(len(w) + 1 for w in words))
+        out, seen = [], 0
+        for word in words:
+            lead = " " if (out or stamp in self._responses_begun) else ""
+            self._responses_begun.add(stamp)
+            out.append((lead + word, seen / total))
+            seen += len(word) + 1
+        return out

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from speech_to_speech.cancel import Stamp
 from speech_to_speech.events import SpeechStarted, SpeechStopped
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import AudioChunk, SpeechSegment
@@ -37,6 +38,9 @@ class VADConfig:
         min_speech_ms: shorter speech is ignored as noise, ms.
         speech_pad_ms: audio kept before speech onset and after its end, ms.
         max_speech_ms: a turn is cut here even without silence, ms.
+        interrupt_response: user speech cancels the assistant's reply in flight (barge-in).
+        turn_grace_ms: speech that resumes within this time after an endpoint reopens the same
+            turn (a new revision, transcribed together with the earlier audio), ms; 0 disables.
     """
 
     vad_threshold: float = 0.5
@@ -44,6 +48,8 @@ class VADConfig:
     min_speech_ms: int = 250
     speech_pad_ms: int = 200
     max_speech_ms: int = 30_000
+    interrupt_response: bool = True
+    turn_grace_ms: int = 700
 
 
 @dataclass
@@ -97,6 +103,11 @@ class Endpointer:
         self._offset = 0
         self._last_speech_end = 0
         self._preroll.clear()
+
+    @property
+    def offset(self) -> int:
+        """Samples fed since the last :meth:`reset`."""
+        return self._offset
 
     def feed(self, chunk: np.ndarray, probability: float) -> str | Endpoint | None:
         """Advance by one chunk scored ``probability`` (0–1)."""
@@ -153,6 +164,11 @@ class BaseVADHandler(BaseHandler):
 
     Incoming audio of any block size is re-blocked into :data:`CHUNK_SAMPLES`
     chunks. Backends implement :meth:`load` and :meth:`speech_probability`.
+
+    When speech starts, the cancel scope is bumped (barge-in: every reply in
+    flight becomes stale) unless ``interrupt_response`` is off. Speech that
+    resumes within ``turn_grace_ms`` of an endpoint reopens that turn as a new
+    revision; its segment holds the earlier audio too, so the transcript is whole.
     """
 
     def __init__(self, *args: object, config: VADConfig, device: str = "cpu", **kwargs: object) -> None:
@@ -162,8 +178,9 @@ class BaseVADHandler(BaseHandler):
         self.endpointer = Endpointer(config)
         self._pending = np.zeros(0, dtype=np.float32)
         self._speech_end_time = 0.0
-        self._stamp = None
-        self._stream_offset = 0
+        self._stamp: Stamp | None = None
+        self._last: tuple[Stamp, np.ndarray, int] | None = None  # last segment: stamp, audio, end offset
+        self._prefix = np.zeros(0, dtype=np.float32)
 
     def setup(self) -> None:
         self.load()
@@ -189,12 +206,28 @@ class BaseVADHandler(BaseHandler):
             if self.endpointer.last_chunk_was_speech:
                 self._speech_end_time = item.time
             if result == "start":
-                self._stamp = self.gate.new_turn_stamp()
-                self.bus.publish(SpeechStarted(self._stamp.turn_id))
+                self._start_turn()
             elif isinstance(result, Endpoint):
                 yield from self._segment(result)
             elif result is None and not self.endpointer.in_speech and self._stamp is not None:
-                self._stamp = None  # the utterance was too short: dropped as noise
+                # too short: noise. A reopened turn still gets its earlier words answered.
+                if len(self._prefix):
+                    yield from self._segment(Endpoint(np.zeros(0, dtype=np.float32), self.endpointer.offset))
+                else:
+                    self._stamp = None
+
+    def _start_turn(self) -> None:
+        if self.config.interrupt_response:
+            self.gate.scope.cancel()  # barge-in: whatever is in flight is stale from now on
+        grace = self.config.turn_grace_ms * SAMPLE_RATE // 1000
+        if self._last is not None and self.endpointer.offset - self._last[2] <= grace:
+            previous, audio, _ = self._last
+            self._stamp = self.gate.stamp(previous.turn_id, self.gate.turns.revise(previous.turn_id))
+            self._prefix = audio
+        else:
+            self._stamp = self.gate.new_turn_stamp()
+            self._prefix = np.zeros(0, dtype=np.float32)
+        self.bus.publish(SpeechStarted(self._stamp.turn_id, revision=self._stamp.revision))
 
     def on_end_of_stream(self) -> Iterator[SpeechSegment]:
         result = self.endpointer.flush()
@@ -203,14 +236,16 @@ class BaseVADHandler(BaseHandler):
 
     def _segment(self, endpoint: Endpoint) -> Iterator[SpeechSegment]:
         stamp = self._stamp or self.gate.new_turn_stamp()
-        self._stamp = None
+        samples = np.concatenate([self._prefix, endpoint.samples]) if len(self._prefix) else endpoint.samples
+        self._stamp, self._prefix = None, np.zeros(0, dtype=np.float32)
+        self._last = (stamp, samples, self.endpointer.offset)
         now = time.monotonic()
         delay_ms = (now - self._speech_end_time) * 1000 if self._speech_end_time else 0.0
-        duration_ms = 1000 * len(endpoint.samples) / SAMPLE_RATE
+        duration_ms = 1000 * len(samples) / SAMPLE_RATE
         self.bus.publish(SpeechStopped(stamp.turn_id, duration_ms=duration_ms, endpoint_delay_ms=delay_ms))
         yield SpeechSegment(
             stamp=stamp,
-            samples=endpoint.samples,
+            samples=samples,
             sample_rate=SAMPLE_RATE,
             speech_end_time=self._speech_end_time or now,
             endpoint_time=now,

@@ -185,15 +185,18 @@ def audio(probabilities: list[float], per_item: int = 2) -> list[AudioChunk]:
     ]
 
 
-def run_vad(items: list[AudioChunk]) -> tuple[list[object], list[Event], Gate, FakeVAD]:
-    stop, gate, bus = threading.Event(), Gate(), EventBus()
+def run_vad(
+    items: list[AudioChunk], config: VADConfig = CONFIG, gate: Gate | None = None
+) -> tuple[list[object], list[Event], Gate, FakeVAD]:
+    stop, bus = threading.Event(), EventBus()
+    gate = gate or Gate()
     events: list[Event] = []
     bus.subscribe(events.append)
     inq, outq = StageQueue(len(items) + 1), StageQueue(16)
     for item in items:
         inq.put(item)
     inq.put(END_OF_STREAM)
-    vad = FakeVAD(stop, inq, outq, gate, bus, config=CONFIG, name="vad:fake")
+    vad = FakeVAD(stop, inq, outq, gate, bus, config=config, name="vad:fake")
     vad.start()
     vad.join(2.0)
     assert not vad.is_alive(), "the VAD stage must end by itself after END_OF_STREAM"
@@ -236,7 +239,8 @@ def test_vad_stage_emits_one_segment_with_fresh_turn() -> None:
 
 def test_vad_stage_new_turn_per_utterance_and_flush_at_end() -> None:
     probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 12 + [SPEECH] * 2 + [SILENCE] * 12 + [SPEECH] * 6
-    out, events, _, _ = run_vad(audio(probabilities, per_item=3))
+    no_grace = dataclasses.replace(CONFIG, turn_grace_ms=0)
+    out, events, _, _ = run_vad(audio(probabilities, per_item=3), no_grace)
     segments = [item for item in out if isinstance(item, SpeechSegment)]
     # the 2-chunk blip is noise; the last utterance is still in progress at the end and is flushed
     assert len(segments) == 2
@@ -253,3 +257,37 @@ def test_vad_stage_reports_wrong_sample_rate() -> None:
     errors = [e for e in events if isinstance(e, StageError)]
     assert len(errors) == 1 and "16000" in errors[0].message
     assert sum(isinstance(item, SpeechSegment) for item in out) == 1  # it carried on
+
+
+def test_speech_resuming_within_grace_reopens_the_turn() -> None:
+    # 12 silent chunks end the first utterance; speech resumes 2 chunks (64 ms) later
+    probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 14 + [SPEECH] * 6 + [SILENCE] * 14
+    out, events, gate, _ = run_vad(audio(probabilities), dataclasses.replace(CONFIG, turn_grace_ms=500))
+    segments = [item for item in out if isinstance(item, SpeechSegment)]
+    assert len(segments) == 2
+    first, second = segments
+    assert second.stamp.turn_id == first.stamp.turn_id and second.stamp.revision == first.stamp.revision + 1
+    assert not gate.admits(first.stamp) and gate.admits(second.stamp)  # the first revision is superseded
+    assert len(second.samples) > len(first.samples)  # transcribed together with the earlier audio
+    assert np.array_equal(second.samples[: len(first.samples)], first.samples)
+    starts = [e for e in events if isinstance(e, SpeechStarted)]
+    assert [e.revision for e in starts] == [0, 1]
+
+
+def test_speech_after_grace_is_a_new_turn_and_barges_in() -> None:
+    gate = Gate()
+    earlier = gate.new_turn_stamp()  # e.g. a reply still being spoken
+    probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 40 + [SPEECH] * 6 + [SILENCE] * 14
+    out, _, gate, _ = run_vad(audio(probabilities), dataclasses.replace(CONFIG, turn_grace_ms=300), gate)
+    segments = [item for item in out if isinstance(item, SpeechSegment)]
+    assert len(segments) == 2 and segments[0].stamp.turn_id != segments[1].stamp.turn_id
+    assert not gate.admits(earlier)  # speech start bumped the generation
+    assert segments[1].stamp.generation > segments[0].stamp.generation
+
+
+def test_no_barge_in_when_interrupt_response_is_off() -> None:
+    gate = Gate()
+    earlier = gate.new_turn_stamp()
+    probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 14
+    run_vad(audio(probabilities), dataclasses.replace(CONFIG, interrupt_response=False), gate)
+    assert gate.admits(earlier)

@@ -88,6 +88,15 @@ class ToolCallEvent(Event):
 
 
 @dataclass
+class ToolCallReady(Event):
+    """Side channel: a tool call the client may run now, before earlier audio has played."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
 class FirstToken(Event):
     """The LLM produced its first token for a turn (``ttft_ms`` from request start)."""
 

@@ -31,7 +31,15 @@ from speech_to_speech.cancel import Stamp
 from speech_to_speech.chat import Chat, to_chat_messages
 from speech_to_speech.events import AssistantText, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
 from speech_to_speech.handler import BaseHandler
-from speech_to_speech.messages import EndOfResponse, TextOutput, ToolCallRequest, Transcript, TTSInput
+from speech_to_speech.messages import (
+    EndOfResponse,
+    FunctionOutput,
+    ResponseRequest,
+    TextOutput,
+    ToolCallRequest,
+    Transcript,
+    TTSInput,
+)
 from speech_to_speech.prompts import (
     INTERRUPTION_MARKER,
     build_text_system_prompt,
@@ -241,19 +249,35 @@ class BaseLLMHandler(BaseHandler):
         )
 
     # -- the stage --------------------------------------------------------------------
-    def process(self, item: Transcript) -> Iterator[Any]:
+    def process(self, item: Any) -> Iterator[Any]:
+        if isinstance(item, FunctionOutput):
+            self.chat.append_tool_output(item.call_id, item.output)
+            return
+        if isinstance(item, ResponseRequest):
+            if not self.gate.admits(item.stamp):
+                yield EndOfResponse(item.stamp, error="cancelled")
+                return
+            request = self.build_request(Transcript(item.stamp, "", wants_audio=item.wants_audio))
+            if item.instructions is not None:
+                build = build_voice_system_prompt if item.wants_audio else build_text_system_prompt
+                request.system_prompt = build(item.instructions, "", None)
+            yield from self._generate(Transcript(item.stamp, "", wants_audio=item.wants_audio), request)
+            return
         stamp = item.stamp
         if not self.gate.admits(stamp):
-            yield EndOfResponse(stamp, error="cancelled")
+            if item.respond:
+                yield EndOfResponse(stamp, error="cancelled")
             return
         if item.stt_ms is None:  # typed turns have no STT event upstream
             self.bus.publish(UserTranscript(stamp.turn_id, text=item.text, language=item.language))
         if not item.text.strip():
             logger.warning("%s: turn %d has no text to answer", self.name, stamp.turn_id)
-            yield EndOfResponse(stamp, error="empty request: no user text")
+            if item.respond:
+                yield EndOfResponse(stamp, error="empty request: no user text")
             return
         self._add_user_text(stamp, item.text)
-        yield from self._generate(item, self.build_request(item))
+        if item.respond:
+            yield from self._generate(item, self.build_request(item))
 
     def _add_user_text(self, stamp: Stamp, text: str) -> None:
         """Add the user's turn, or edit it in place when this is a new revision of it."""

@@ -61,6 +61,8 @@ class SpeechSegment:
         speech_end_time: monotonic time when the last speech chunk arrived.
         endpoint_time: monotonic time when the VAD decided the turn was over.
         stream_end_offset: input-stream sample index where speech ended.
+        wants_audio: False when the reply should be text only.
+        respond: False to transcribe into history without answering (client-driven turns).
     """
 
     stamp: Stamp
@@ -69,6 +71,8 @@ class SpeechSegment:
     speech_end_time: float
     endpoint_time: float
     stream_end_offset: int = 0
+    wants_audio: bool = True
+    respond: bool = True
 
 
 @dataclass
@@ -82,6 +86,8 @@ class Transcript:
         speech_end_time: monotonic end of user speech (or submission time for text).
         stt_ms: STT time in ms (None for typed turns).
         wants_audio: False for a text-only response (raw text, no TTS).
+        respond: False to only add the text to history (the client asks for a response later).
+        item_id: the conversation item id the client knows this turn by.
     """
 
     stamp: Stamp
@@ -90,6 +96,36 @@ class Transcript:
     speech_end_time: float = 0.0
     stt_ms: float | None = None
     wants_audio: bool = True
+    respond: bool = True
+    item_id: str | None = None
+
+
+@dataclass
+class ResponseRequest:
+    """Ask the LLM for a response from the history as it is (e.g. a client's ``response.create``).
+
+    Attributes:
+        stamp: the response's stamp.
+        wants_audio: False for a text-only response.
+        instructions: replaces the session instructions for this response (None: keep).
+    """
+
+    stamp: Stamp
+    wants_audio: bool = True
+    instructions: str | None = None
+
+
+@dataclass
+class FunctionOutput:
+    """The result of a function call, for history (a client's ``function_call_output`` item).
+
+    Attributes:
+        call_id: the call it answers.
+        output: the result, usually JSON.
+    """
+
+    call_id: str
+    output: str
 
 
 @dataclass
@@ -161,12 +197,14 @@ class EndOfResponse:
         text: the full reply text as generated.
         error: a short description when the response failed.
         usage: token counts, e.g. ``{"input_tokens": 12, "output_tokens": 30}``.
+        cleanup_only: the turn was stale: only close the response, emit nothing for it.
     """
 
     stamp: Stamp
     text: str = ""
     error: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    cleanup_only: bool = False
 
     #: passes the stale-work gate: even a cancelled response must end
     bypasses_gate = True

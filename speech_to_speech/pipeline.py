@@ -27,6 +27,7 @@ from speech_to_speech.cli import config_from_args
 from speech_to_speech.events import Event, EventBus, ResponseInterrupted, SpeechStarted
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.lm_output import LMOutputProcessor
 from speech_to_speech.playback import Interrupt
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.registry import get_backend
@@ -39,7 +40,7 @@ SPEAKER_RATE = 24_000
 #: silence fed after an input file, on top of --min_silence_ms, seconds
 FILE_TAIL_SILENCE_S = 0.5
 #: queue capacities (items) between stages
-QUEUE_SIZES = {"audio": 256, "segments": 8, "transcripts": 8, "tts_inputs": 32, "audio_out": 64}
+QUEUE_SIZES = {"audio": 256, "segments": 8, "transcripts": 8, "llm_out": 32, "tts_inputs": 32, "audio_out": 64}
 
 
 class PipelineError(RuntimeError):
@@ -237,8 +238,9 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
         segments, transcripts = link("segments"), link("transcripts")
         stages.append(backend_stage("vad", args.vad, audio, segments))
         stages.append(backend_stage("stt", args.stt, segments, transcripts))
-    tts_inputs, audio_out = link("tts_inputs"), link("audio_out")
-    stages.append(backend_stage("llm", args.llm_backend, transcripts, tts_inputs))
+    llm_out, tts_inputs, audio_out = link("llm_out"), link("tts_inputs"), link("audio_out")
+    stages.append(backend_stage("llm", args.llm_backend, transcripts, llm_out))
+    stages.append(LMOutputProcessor(input_queue=llm_out, output_queue=tts_inputs, name="lm_output", **common))
     stages.append(backend_stage("tts", args.tts, tts_inputs, audio_out))
     stages.append(_make_sink(args, audio_out, clock, common))
     pipeline = Pipeline(stages, stop, gate, bus, clock, queues)

@@ -193,7 +193,11 @@ class PacedAudioSink(BaseHandler):
     def _interrupt(self, at: float) -> None:
         """Cut the replies being played at ``at``; report what was heard of each."""
         self.on_interrupt(at)
-        stale = [e for e in self.schedule.drop_where(lambda e: e[0] == "audio" and not self.gate.admits(e[1].stamp))]
+        dropped = self.schedule.drop_where(lambda e: not self.gate.admits(e[1].stamp))
+        stale = [e for e in dropped if e[0] == "audio"]
+        for entry in dropped:  # a cut reply ends now, not when its dropped audio would have ended
+            if entry[0] == "end":
+                self.schedule.put(time.monotonic(), entry)
         with self._lock:
             played = [p for p in self._played if not self.gate.admits(p.stamp)]
             self._played = [p for p in self._played if self.gate.admits(p.stamp)]

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class STTConfig:
 
 
 class BaseSTTHandler(BaseHandler):
-    """Consumes :class:`SpeechSegment`, emits :class:`Transcript`.
+    """Consumes :class:`SpeechSegment`, emits :class:`Transcript`; other messages pass through in order.
 
     Backends implement :meth:`load` and :meth:`transcribe`. Segments that
     transcribe to nothing (noise, coughs) end the turn without a response.
@@ -56,7 +57,10 @@ class BaseSTTHandler(BaseHandler):
         """Return ``(text, language)`` for float32 mono ``samples`` at ``sample_rate`` Hz."""
         raise NotImplementedError
 
-    def process(self, item: SpeechSegment) -> Iterator[Transcript]:
+    def process(self, item: Any) -> Iterator[Any]:
+        if not isinstance(item, SpeechSegment):  # typed turns and requests keep their place in line
+            yield item
+            return
         if not self.gate.admits(item.stamp):
             return
         start = time.monotonic()
@@ -69,4 +73,12 @@ class BaseSTTHandler(BaseHandler):
         if not self.gate.admits(item.stamp):
             return
         self.bus.publish(UserTranscript(item.stamp.turn_id, text=text, language=language, stt_ms=stt_ms))
-        yield Transcript(item.stamp, text, language, speech_end_time=item.speech_end_time, stt_ms=stt_ms)
+        yield Transcript(
+            item.stamp,
+            text,
+            language,
+            speech_end_time=item.speech_end_time,
+            stt_ms=stt_ms,
+            wants_audio=item.wants_audio,
+            respond=item.respond,
+        )

@@ -8,11 +8,13 @@ takes an MLX model folder or a hub id such as
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from handlers.llm.embedded import resolve_model
 from speech_to_speech.llm import LocalLLMHandler
+from speech_to_speech.shared import shared_model
 
 
 class MLXLMHandler(LocalLLMHandler):
@@ -21,7 +23,10 @@ class MLXLMHandler(LocalLLMHandler):
     def load(self) -> None:
         from mlx_lm import load
 
-        self.model, self.tokenizer = load(resolve_model(self.config.llm_model))
+        source = resolve_model(self.config.llm_model)
+        self.model, self.tokenizer = shared_model(("mlx-lm", source), lambda: load(source))
+        # one generation at a time per process: MLX streams are not shared across threads
+        self._generate_lock = shared_model(("mlx-lm-lock",), threading.Lock)
         for _ in self.stream([{"role": "user", "content": "Hi"}], lambda: False, max_new_tokens=2):
             pass
 
@@ -32,15 +37,16 @@ class MLXLMHandler(LocalLLMHandler):
         from mlx_lm.sample_utils import make_repetition_penalty, make_sampler
 
         prompt: Any = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        for response in stream_generate(
-            self.model,
-            self.tokenizer,
-            prompt,
-            max_tokens=max_new_tokens or self.config.max_new_tokens,
-            sampler=make_sampler(temp=self.config.temperature),
-            logits_processors=[make_repetition_penalty(1.1)],
-        ):
-            if should_stop():
-                return
-            if response.text:
-                yield response.text
+        with self._generate_lock:
+            for response in stream_generate(
+                self.model,
+                self.tokenizer,
+                prompt,
+                max_tokens=max_new_tokens or self.config.max_new_tokens,
+                sampler=make_sampler(temp=self.config.temperature),
+                logits_processors=[make_repetition_penalty(1.1)],
+            ):
+                if should_stop():
+                    return
+                if response.text:
+                    yield response.text

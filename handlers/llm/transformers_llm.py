@@ -9,6 +9,7 @@ from typing import Any
 
 from handlers.llm.embedded import resolve_model
 from speech_to_speech.llm import LocalLLMHandler
+from speech_to_speech.shared import shared_model
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +39,14 @@ class TransformersLLMHandler(LocalLLMHandler):
         self._torch = torch
         source = resolve_model(self.config.llm_model)
         dtype = torch.float16 if self.device == "cuda" else torch.float32
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(source)
-        self.model: Any = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
-        self.model.eval()
+
+        def load() -> tuple[Any, Any]:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(self.device)
+            model.eval()
+            return tokenizer, model
+
+        self.tokenizer, self.model = shared_model(("transformers", source, self.device, str(dtype)), load)
         for _ in self.stream([{"role": "user", "content": "Hi"}], lambda: False, max_new_tokens=2):
             pass
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from speech_to_speech.shared import shared_model
 from speech_to_speech.stt import BaseSTTHandler
 
 logger = logging.getLogger(__name__)
@@ -38,10 +39,15 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         compute_type = self.config.stt_compute_type
         if compute_type == "default":
             compute_type = "float16" if device == "cuda" else "int8"
-        self.model: Any = WhisperModel(model, device=device, compute_type=compute_type)
         self.language = None if self.config.language in ("", "auto") else self.config.language
-        # the first call builds caches; do it now rather than on the user's first turn
-        self.transcribe(np.zeros(16_000, dtype=np.float32), 16_000)
+
+        def load() -> Any:
+            whisper = WhisperModel(model, device=device, compute_type=compute_type)
+            # the first call builds caches; do it now rather than on the user's first turn
+            list(whisper.transcribe(np.zeros(16_000, dtype=np.float32), beam_size=1)[0])
+            return whisper
+
+        self.model: Any = shared_model(("faster-whisper", model, device, compute_type), load)
 
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
         if sample_rate != 16_000:

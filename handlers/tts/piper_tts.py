@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from speech_to_speech.shared import shared_model
 from speech_to_speech.tts import BaseTTSHandler
 
 
@@ -36,10 +37,16 @@ class PiperTTSHandler(BaseTTSHandler):
             paths = (str(model), str(config) if config.is_file() else None)
         else:
             paths = embedded_voice()
-        self.voice: Any = PiperVoice.load(paths[0], paths[1], use_cuda=self.device == "cuda")
+        use_cuda = self.device == "cuda"
+
+        def load() -> Any:
+            voice = PiperVoice.load(paths[0], paths[1], use_cuda=use_cuda)
+            for _ in voice.synthesize("Ready."):  # warm up the ONNX session
+                pass
+            return voice
+
+        self.voice: Any = shared_model(("piper", *paths, use_cuda), load)
         self.sample_rate = int(self.voice.config.sample_rate)
-        for _ in self.synthesize("Ready."):  # warm up the ONNX session
-            pass
 
     def synthesize(self, text: str) -> Iterator[np.ndarray]:
         for chunk in self.voice.synthesize(text):

@@ -42,7 +42,10 @@ What is measured (``time.monotonic()`` differences inside the child):
   last ``TextDelta`` (so it includes prompt processing). Output tokens come from the
   provider's ``Usage`` event when the backend reports one, else from re-tokenising the raw
   reply with the model's tokenizer, else from whitespace-separated words; the token column
-  and the table footer say which.
+  and the table footer say which. The local backends re-tokenise with their own tokenizer.
+  llama-cpp-python's server sends no usage on streamed responses, so with the script's own
+  server the embedded model's ``tokenizer.json`` (from the cached conversion, the same
+  vocabulary as the GGUF) is used; for ``--base_url`` endpoints pass ``--tokenizer``.
 
 ``p50``/``p90`` are percentiles (linear interpolation) over all measured turns of a
 backend; tok/s is the mean over turns. ``--warmup`` extra requests per backend run
@@ -68,6 +71,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +186,7 @@ class ChildSpec:
     model_name: str = SERVER_ALIAS
     api_key: str = ""
     request_timeout_s: float = 60.0
+    tokenizer_file: str = ""
 
 
 def one_line(exc: BaseException, limit: int = 160) -> str:
@@ -251,24 +256,42 @@ def instrument_events(handler: Any, probe: TurnProbe) -> None:
     handler.events = events
 
 
-def count_tokens(handler: Any, text: str) -> tuple[int, str]:
-    """Tokens of ``text`` with the handler's tokenizer, else whitespace words.
+@lru_cache(maxsize=4)
+def load_tokenizer_file(path: str) -> Any:
+    """A ``tokenizers.Tokenizer`` read from a ``tokenizer.json`` file."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
+def count_tokens(handler: Any, text: str, tokenizer_file: str = "") -> tuple[int, str]:
+    """Tokens of ``text`` with the handler's own tokenizer (local backends), else with
+    ``tokenizer_file`` (a ``tokenizer.json``, for remote backends), else whitespace words.
 
     Returns:
         ``(count, source)`` with ``source`` a key of :data:`TOKEN_SOURCES`.
     """
-    tokenizer = getattr(handler, "tokenizer", None)
-    encode = getattr(tokenizer, "encode", None)
+    log = logging.getLogger(__name__)
+    encode = getattr(getattr(handler, "tokenizer", None), "encode", None)
     if encode is not None:
         try:
             return len(encode(text, add_special_tokens=False)), "tokenizer"
-        except Exception:  # an unexpected tokenizer API: fall back to words
-            logging.getLogger(__name__).debug("tokenizer.encode failed", exc_info=True)
+        except Exception:  # an unexpected tokenizer API: try the next way
+            log.debug("handler tokenizer failed", exc_info=True)
+    if tokenizer_file:
+        try:
+            return len(load_tokenizer_file(tokenizer_file).encode(text, add_special_tokens=False).ids), "tokenizer"
+        except Exception:
+            log.debug("tokenizer file %s failed", tokenizer_file, exc_info=True)
     return len(text.split()), "words"
 
 
-def run_turn(handler: Any, gate: Any, probe: TurnProbe, prompt: str) -> TurnResult:
-    """Answer ``prompt`` as a fresh, independent turn and measure it."""
+def run_turn(handler: Any, gate: Any, probe: TurnProbe, prompt: str, tokenizer_file: str = "") -> TurnResult:
+    """Answer ``prompt`` as a fresh, independent turn and measure it.
+
+    ``tokenizer_file`` counts the output tokens when the backend reports no usage
+    and has no tokenizer of its own (see :func:`count_tokens`).
+    """
     from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
 
     handler.chat.reset()
@@ -296,7 +319,7 @@ def run_turn(handler: Any, gate: Any, probe: TurnProbe, prompt: str) -> TurnResu
     if reported:
         result.output_tokens, result.token_source = int(reported), "usage"
     elif probe.deltas:
-        result.output_tokens, result.token_source = count_tokens(handler, "".join(probe.deltas))
+        result.output_tokens, result.token_source = count_tokens(handler, "".join(probe.deltas), tokenizer_file)
     return result
 
 
@@ -350,7 +373,7 @@ def benchmark_backend(spec: ChildSpec) -> BackendResult:
             print(f"[{spec.backend}] warm-up {index + 1}/{spec.warmup}: error={warm.error}", file=sys.stderr)
         total = len(spec.prompts) * spec.repeats
         for index in range(total):
-            turn = run_turn(handler, gate, probe, spec.prompts[index % len(spec.prompts)])
+            turn = run_turn(handler, gate, probe, spec.prompts[index % len(spec.prompts)], spec.tokenizer_file)
             result.turns.append(turn)
             tps = turn.tokens_per_s
             print(
@@ -480,6 +503,21 @@ def prepare_embedded_model(llm_model: str) -> None:
         print(f"{PROG}: warning: could not prepare the embedded model: {one_line(exc)}", file=sys.stderr)
 
 
+def embedded_tokenizer_file() -> str:
+    """``tokenizer.json`` of the converted embedded model when it exists, else ``""``.
+
+    The conversion reads the tokenizer from the GGUF, so it is the tokenizer the
+    script's llama.cpp server uses.
+    """
+    try:
+        from handlers.llm.embedded import converted_gguf_folder, embedded_gguf
+
+        path = converted_gguf_folder(embedded_gguf()) / "tokenizer.json"
+    except Exception:
+        return ""
+    return str(path) if path.is_file() else ""
+
+
 def run_child(spec: ChildSpec, timeout_s: float) -> BackendResult:
     """Benchmark one backend in a fresh child process and collect its result."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(asdict(spec))]
@@ -507,6 +545,7 @@ def benchmark(args: argparse.Namespace, backend: str) -> BackendResult:
         model_name=args.model_name,
         api_key=args.api_key,
         request_timeout_s=args.request_timeout_s,
+        tokenizer_file=args.tokenizer,
     )
     if backend not in REMOTE_BACKENDS or args.base_url:
         return run_child(spec, args.timeout_s)
@@ -521,6 +560,7 @@ def benchmark(args: argparse.Namespace, backend: str) -> BackendResult:
     try:
         spec.base_url = server.base_url
         spec.model_name = SERVER_ALIAS
+        spec.tokenizer_file = spec.tokenizer_file or embedded_tokenizer_file()
         result = run_child(spec, args.timeout_s)
     finally:
         server.stop()
@@ -626,6 +666,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--model_name", default=SERVER_ALIAS, help="model id sent to --base_url")
     parser.add_argument("--api_key", default="", help="API key for --base_url ('' = $OPENAI_API_KEY or none)")
+    parser.add_argument(
+        "--tokenizer",
+        default="",
+        help="tokenizer.json counting output tokens of remote backends that report no usage "
+        "(default: the embedded model's with the script's own llama.cpp server, else words)",
+    )
     parser.add_argument("--request_timeout_s", type=float, default=60.0, help="remote request timeout, s")
     parser.add_argument(
         "--server_threads", type=int, default=os.cpu_count() or 1, help="llama.cpp server threads (default: all)"

@@ -53,6 +53,12 @@ class RunConfig:
     """How the pipeline is fed and where its output goes.
 
     Attributes:
+        mode: "local" (microphone/speaker or files) or "server" (realtime WebSocket server).
+        host: server bind address.
+        port: server port.
+        max_sessions: concurrent server sessions; the next client is refused.
+        api_key: when set, server clients must send ``Authorization: Bearer <key>``.
+        max_message_kb: largest client message the server accepts, KiB.
         input_audio: audio file fed at real-time pace instead of the microphone.
         input_text: typed user turns (skip VAD and STT).
         output_audio: WAV file for the assistant's audio instead of the speaker.
@@ -62,6 +68,12 @@ class RunConfig:
         log_level: Python logging level name.
     """
 
+    mode: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_sessions: int = 4
+    api_key: str = ""
+    max_message_kb: int = 1024
     input_audio: str | None = None
     input_text: list[str] | None = None
     output_audio: str | None = None
@@ -72,6 +84,12 @@ class RunConfig:
 
 
 _HELP = {
+    "mode": "local: microphone/speaker or files; server: OpenAI Realtime WebSocket server",
+    "host": "server: bind address",
+    "port": "server: port",
+    "max_sessions": "server: concurrent sessions (the next client gets an error and close code 1013)",
+    "api_key": "server: require 'Authorization: Bearer KEY' from clients",
+    "max_message_kb": "server: largest client message, KiB",
     "input_audio": "audio file (any format/rate soundfile reads) fed like a microphone",
     "input_text": "a user turn as text, skipping VAD/STT (repeat for several turns)",
     "output_audio": "write the assistant's audio to this WAV file, on the input's timeline",
@@ -156,6 +174,8 @@ def build_parser() -> OneLineParser:
         flag = f"--{field.name}"
         if field.name == "input_text":
             run.add_argument(flag, action=_AppendOverPreset, metavar="TEXT", help=_HELP[field.name])
+        elif field.name == "mode":
+            run.add_argument(flag, choices=("local", "server"), default=field.default, help=_HELP[field.name])
         else:
             run.add_argument(flag, type=_field_type(RunConfig, field), default=field.default, help=_HELP[field.name])
     seen: set[str] = set()

@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     bus = EventBus()
     ConsoleReporter(bus)
     try:
+        if args.mode == "server":
+            return serve(args)
         run(args, bus)
     except (PipelineError, UnknownBackendError, BackendUnavailableError, FileNotFoundError, ValueError) as exc:
         print(f"s2s_pipeline.py: error: {exc}", file=sys.stderr)
@@ -84,7 +86,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def serve(args: argparse.Namespace) -> int:
+    """Run the realtime server until SIGINT/SIGTERM; returns the exit status."""
+    from speech_to_speech.pipeline import resolve_device
+    from speech_to_speech.realtime.server import run_server
+    from speech_to_speech.registry import get_backend
+
+    for stage, name in (("vad", args.vad), ("stt", args.stt), ("llm", args.llm_backend), ("tts", args.tts)):
+        get_backend(stage, name).load_handler_class()
+    args.resolved_device = resolve_device(args.device)
+    try:
+        run_server(args)
+    except OSError as exc:
+        raise PipelineError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
+    return 0
+
+
 def _quiet_libraries() -> None:
-    for name in ("httpx", "urllib3", "faster_whisper", "transformers", "piper"):
+    for name in ("httpx", "urllib3", "faster_whisper", "transformers", "piper", "websockets"):
         if logging.getLogger(name).level == logging.NOTSET:
             logging.getLogger(name).setLevel(logging.WARNING)

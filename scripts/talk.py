@@ -1,0 +1,1191 @@
+#!/usr/bin/env python
+"""Terminal client for a server that speaks the OpenAI Realtime protocol (GA event names).
+
+Talk to the server live (microphone and speaker), or feed it a file and record its answer::
+
+    # live: microphone in, speaker out (use headphones: there is no echo cancellation)
+    python scripts/talk.py --url ws://127.0.0.1:8765/v1/realtime
+
+    # file mode: stream a file at real-time pace, save the reply on the input's timeline
+    python scripts/talk.py --input_audio question.wav --output_audio answer.wav
+
+    # text turns (each is sent after the previous response.done)
+    python scripts/talk.py --text "Hello!" --text "Tell me a joke." --output_audio jokes.wav
+
+Modes:
+
+- **live** (no ``--input_audio`` and no ``--text``): the microphone is captured at 24 kHz mono
+  int16 (or at the device's own rate, resampled with soxr) and sent as
+  ``input_audio_buffer.append`` in 40 ms blocks; ``response.output_audio.delta`` is played through
+  a ``sounddevice`` OutputStream fed from a thread-safe buffer. When the server reports
+  ``input_audio_buffer.speech_started`` the client drops all audio still queued for playback
+  (barge-in) and sends ``conversation.item.truncate`` with ``audio_end_ms`` = milliseconds of that
+  item actually handed to the sound device (minus the device's output latency while it is still
+  playing). With ``--no_vad``, press Enter to end each turn (commit + ``response.create``).
+  Quit with Ctrl-C.
+- **file** (``--input_audio PATH``): any file ``soundfile`` reads, any rate (resampled to 24 kHz),
+  is streamed at real-time pace on an absolute schedule (block *i* of 40 ms leaves when it "has
+  been recorded", at start + (i + 1) * 40 ms), followed by 1.5 s of silence so the server's VAD
+  can endpoint (with ``--no_vad`` the client commits and sends ``response.create`` instead).
+- **text** (``--text`` without ``--input_audio``): no microphone; only the text turns are sent.
+
+In file and text mode the assistant's audio goes to ``--output_audio`` (a 24 kHz 16-bit WAV on
+the input's timeline: each delta is placed at the time it arrived, relative to the start of the
+input, or right after the previous delta, whichever is later; a barge-in cuts it exactly like a
+speaker would) or, without it, to the speaker when there is one. The client exits by itself once
+the input is over and the last ``response.done`` has arrived, or after ``--idle_timeout_s``
+seconds without any server event and no response in flight.
+
+Console: user transcripts (``conversation.item.input_audio_transcription.completed``), the
+assistant transcript (streamed from ``response.output_audio_transcript.delta`` or
+``response.output_text.delta``), tool calls, ``error`` events (the client keeps going), and per turn
+the latency in ms from ``speech_stopped`` (or from the client's own ``response.create``) to the
+first audio delta. ``--transcript PATH`` writes every received server event as JSON Lines with a
+``t`` field (seconds since connecting) and base64 audio payloads replaced by their byte counts.
+
+Exit status: 0 when done (or quit with Ctrl-C in live mode), 1 when the server cannot be reached
+or closes the connection early, a file cannot be read or written, or no audio device is usable,
+2 on bad flags, 130 on Ctrl-C in file or text mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol, TextIO
+
+import numpy as np
+import soundfile as sf
+import soxr
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, WebSocketException
+
+#: protocol sample rate in Hz (audio/pcm: 16-bit little-endian mono)
+SAMPLE_RATE = 24_000
+#: duration of one input_audio_buffer.append block in seconds
+BLOCK_S = 0.040
+#: samples in one append block at SAMPLE_RATE
+BLOCK_SAMPLES = round(SAMPLE_RATE * BLOCK_S)
+#: seconds of silence sent after an input file so that server VAD can endpoint
+TRAILING_SILENCE_S = 1.5
+#: seconds to wait for session.updated before streaming anyway
+SESSION_READY_TIMEOUT_S = 5.0
+#: seconds without server events, after the last reply, before file/text mode exits
+SETTLE_S = 1.0
+#: seconds at most to wait for the speaker to play out what is queued before exiting
+DRAIN_TIMEOUT_S = 60.0
+#: largest server message accepted, in bytes
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class AudioDeviceError(RuntimeError):
+    """No usable sound device (or PortAudio itself is missing)."""
+
+
+class UsageError(Exception):
+    """A file given on the command line cannot be read or written (message for the user)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# audio helpers
+
+
+def encode_pcm16(samples: np.ndarray) -> str:
+    """Base64 of int16 samples as 16-bit little-endian PCM."""
+    return base64.b64encode(np.asarray(samples, dtype="<i2").tobytes()).decode("ascii")
+
+
+def decode_pcm16(payload: str) -> np.ndarray:
+    """Base64 16-bit little-endian PCM to an int16 array (a trailing odd byte is dropped)."""
+    raw = base64.b64decode(payload)
+    return np.frombuffer(raw[: len(raw) - len(raw) % 2], dtype="<i2").astype(np.int16)
+
+
+def float_to_int16(samples: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1] (clipped) to int16."""
+    return np.round(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def load_audio(path: str) -> np.ndarray:
+    """Read any file ``soundfile`` can read; return int16 mono samples at SAMPLE_RATE Hz."""
+    data, rate = sf.read(path, dtype="float32", always_2d=True)
+    mono = data.mean(axis=1)
+    if rate != SAMPLE_RATE and len(mono):
+        mono = soxr.resample(mono, rate, SAMPLE_RATE)
+    return float_to_int16(mono)
+
+
+class StreamResampler:
+    """Chunk-wise int16 mono resampler (identity when both rates, in Hz, are equal)."""
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self._stream = None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="int16")
+
+    def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
+        """Resample one chunk; ``last=True`` flushes the tail and readies it for a new stream."""
+        if self._stream is None:
+            return samples
+        out = self._stream.resample_chunk(np.ascontiguousarray(samples, dtype=np.int16), last=last)
+        if last:
+            self._stream.clear()
+        return out
+
+    def reset(self) -> None:
+        """Forget buffered input (after a barge-in)."""
+        if self._stream is not None:
+            self._stream.clear()
+
+
+class Blocker:
+    """Cuts a stream of int16 samples into blocks of a fixed number of samples."""
+
+    def __init__(self, block_samples: int) -> None:
+        self._block = block_samples
+        self._pending = np.zeros(0, dtype=np.int16)
+
+    def feed(self, samples: np.ndarray) -> list[np.ndarray]:
+        """Add samples; return every complete block now available."""
+        self._pending = np.concatenate([self._pending, samples])
+        count = len(self._pending) // self._block
+        blocks = [self._pending[i * self._block : (i + 1) * self._block] for i in range(count)]
+        self._pending = self._pending[count * self._block :]
+        return blocks
+
+
+def import_sounddevice() -> ModuleType:
+    """Import ``sounddevice`` lazily (its import fails when the PortAudio library is missing)."""
+    try:
+        import sounddevice
+    except (ImportError, OSError) as exc:
+        raise AudioDeviceError(f"PortAudio unavailable: {exc}") from exc
+    return sounddevice
+
+
+def pick_rate(sd: ModuleType, device: int | str | None, kind: str) -> int:
+    """SAMPLE_RATE if the device accepts it as int16 mono, else the device's default rate in Hz."""
+    check = sd.check_input_settings if kind == "input" else sd.check_output_settings
+    try:
+        check(device=device, channels=1, dtype="int16", samplerate=SAMPLE_RATE)
+        return SAMPLE_RATE
+    except Exception:
+        info = sd.query_devices(device, kind)
+        return int(info["default_samplerate"])
+
+
+def parse_device(value: str | None) -> int | str | None:
+    """A sounddevice device: an index when the flag is a number, otherwise a name substring."""
+    if value is None:
+        return None
+    return int(value) if value.strip().isdigit() else value
+
+
+# ---------------------------------------------------------------------------------------------
+# audio sinks: where the assistant's audio goes
+
+
+class AudioSink(Protocol):
+    """Receives assistant audio (int16 mono at SAMPLE_RATE) and knows how much of it was heard."""
+
+    def start(self, t0: float) -> None:
+        """Start the timeline at ``t0`` (``time.monotonic()`` seconds)."""
+
+    def push(self, item_id: str, pcm: np.ndarray) -> None:
+        """Queue audio of conversation item ``item_id``."""
+
+    def item_done(self, item_id: str) -> None:
+        """No more audio will come for ``item_id``."""
+
+    def interrupt(self) -> tuple[str, int] | None:
+        """Barge-in: drop all queued audio; return (playing item id, ms of it heard) or None."""
+
+    async def drain(self) -> None:
+        """Wait until queued audio has been played out."""
+
+    def close(self) -> None:
+        """Stop and release resources (write the file, close the stream)."""
+
+
+class NullSink:
+    """Discards assistant audio (text mode without a speaker or --output_audio)."""
+
+    def start(self, t0: float) -> None:
+        """Nothing to start."""
+
+    def push(self, item_id: str, pcm: np.ndarray) -> None:
+        """Discard ``pcm``."""
+
+    def item_done(self, item_id: str) -> None:
+        """Nothing to flush."""
+
+    def interrupt(self) -> tuple[str, int] | None:
+        """Nothing was heard, so nothing to truncate."""
+        return None
+
+    async def drain(self) -> None:
+        """Nothing queued."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass
+class _Chunk:
+    """Audio queued for the speaker: ``samples`` at the device rate, ``offset`` already played."""
+
+    item_id: str
+    samples: np.ndarray
+    offset: int = 0
+
+
+class SpeakerSink:
+    """Plays assistant audio through a ``sounddevice`` OutputStream fed from a locked queue."""
+
+    def __init__(self, device: int | str | None = None) -> None:
+        sd = import_sounddevice()
+        try:
+            self.rate = pick_rate(sd, device, "output")
+            self._stream = sd.OutputStream(
+                samplerate=self.rate, channels=1, dtype="int16", device=device, latency="low", callback=self._callback
+            )
+        except Exception as exc:  # PortAudioError, ValueError (no default device), ...
+            raise AudioDeviceError(f"no output device: {exc}") from exc
+        self._resampler = StreamResampler(SAMPLE_RATE, self.rate)
+        self._lock = threading.Lock()
+        self._queue: deque[_Chunk] = deque()
+        self._played: dict[str, int] = {}  # device-rate samples handed to the device, per item
+        self._done: set[str] = set()
+        self._last_item: str | None = None
+
+    def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        """PortAudio thread: fill ``outdata`` from the queue, silence on underrun."""
+        out = outdata[:, 0]
+        filled = 0
+        with self._lock:
+            while filled < frames and self._queue:
+                chunk = self._queue[0]
+                n = min(frames - filled, len(chunk.samples) - chunk.offset)
+                out[filled : filled + n] = chunk.samples[chunk.offset : chunk.offset + n]
+                chunk.offset += n
+                filled += n
+                self._played[chunk.item_id] = self._played.get(chunk.item_id, 0) + n
+                if chunk.offset >= len(chunk.samples):
+                    self._queue.popleft()
+        out[filled:] = 0
+
+    def start(self, t0: float) -> None:
+        """Start the output stream."""
+        self._stream.start()
+
+    def _enqueue(self, item_id: str, samples: np.ndarray) -> None:
+        if len(samples):
+            with self._lock:
+                self._queue.append(_Chunk(item_id, samples))
+
+    def push(self, item_id: str, pcm: np.ndarray) -> None:
+        """Resample to the device rate if needed and queue."""
+        self._last_item = item_id
+        self._enqueue(item_id, self._resampler.process(pcm))
+
+    def item_done(self, item_id: str) -> None:
+        """Flush the resampler's tail for ``item_id``."""
+        if item_id in self._done:
+            return
+        self._done.add(item_id)
+        if item_id == self._last_item:
+            self._enqueue(item_id, self._resampler.process(np.zeros(0, dtype=np.int16), last=True))
+
+    def interrupt(self) -> tuple[str, int] | None:
+        """Drop everything queued; the playing item is the queue's head, else the last pushed item."""
+        with self._lock:
+            pending = bool(self._queue)
+            item_id = self._queue[0].item_id if pending else self._last_item
+            self._queue.clear()
+        self._resampler.reset()
+        if item_id is None or (not pending and item_id in self._done):
+            return None  # nothing playing: the last item was heard in full
+        played_ms = self._played.get(item_id, 0) * 1000.0 / self.rate
+        if pending:  # what was handed to the device but is still in its buffer was not heard yet
+            played_ms -= float(self._stream.latency) * 1000.0
+        self._done.add(item_id)
+        return item_id, max(0, int(played_ms))
+
+    async def drain(self) -> None:
+        """Wait (at most DRAIN_TIMEOUT_S) until the queue is empty plus the device latency."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._queue:
+                    break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(float(self._stream.latency))
+
+    def close(self) -> None:
+        """Stop and close the output stream."""
+        with contextlib.suppress(Exception):
+            self._stream.stop()
+        with contextlib.suppress(Exception):
+            self._stream.close()
+
+
+@dataclass
+class _Segment:
+    """Assistant audio placed on the output timeline at sample ``start`` (SAMPLE_RATE)."""
+
+    item_id: str
+    start: int
+    samples: np.ndarray
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.samples)
+
+
+class WavSink:
+    """Records assistant audio on the input's timeline and writes it as a 24 kHz 16-bit WAV.
+
+    Each delta is placed at its arrival time (relative to ``t0``) or right after the previous
+    delta, whichever is later, i.e. where a speaker started at ``t0`` would have played it. A
+    barge-in cuts the timeline at the current time, as a speaker would.
+    """
+
+    def __init__(self, path: str, console: Console, min_samples: int = 0) -> None:
+        self._path = path
+        self._console = console
+        self._min_samples = min_samples
+        self._t0 = time.monotonic()
+        self._segments: list[_Segment] = []
+        self._cursor = 0  # first free sample after the last segment
+        self._done: set[str] = set()
+        self._last_item: str | None = None
+        self._started = False
+
+    def start(self, t0: float) -> None:
+        """Anchor sample 0 of the output at ``t0`` (monotonic seconds)."""
+        self._t0 = t0
+        self._started = True
+
+    def _now(self) -> int:
+        return round((time.monotonic() - self._t0) * SAMPLE_RATE)
+
+    def push(self, item_id: str, pcm: np.ndarray) -> None:
+        """Place ``pcm`` at max(now, end of previous delta)."""
+        start = max(self._now(), self._cursor)
+        self._segments.append(_Segment(item_id, start, pcm))
+        self._cursor = start + len(pcm)
+        self._last_item = item_id
+
+    def item_done(self, item_id: str) -> None:
+        """Remember that ``item_id`` is complete."""
+        self._done.add(item_id)
+
+    def interrupt(self) -> tuple[str, int] | None:
+        """Cut everything not yet "played" at the current time; report the playing item."""
+        now = self._now()
+        playing = [seg for seg in self._segments if seg.end > now]
+        if playing:
+            item_id = playing[0].item_id
+        elif self._last_item is not None and self._last_item not in self._done:
+            item_id = self._last_item  # response still streaming, everything so far was heard
+        else:
+            return None
+        kept = []
+        for seg in self._segments:
+            if seg.start >= now:
+                continue
+            if seg.end > now:
+                seg.samples = seg.samples[: now - seg.start]
+            kept.append(seg)
+        self._segments = kept
+        self._cursor = min(self._cursor, now)
+        self._done.add(item_id)
+        heard = sum(len(seg.samples) for seg in kept if seg.item_id == item_id)
+        return item_id, heard * 1000 // SAMPLE_RATE
+
+    async def drain(self) -> None:
+        """Nothing to play out."""
+
+    def close(self) -> None:
+        """Write the WAV (at least ``min_samples`` long, so that it lines up with the input); not if never started."""
+        if not self._started:
+            return
+        self._started = False
+        total = max(self._cursor, self._min_samples)
+        audio = np.zeros(total, dtype=np.int16)
+        for seg in self._segments:
+            audio[seg.start : seg.end] = seg.samples
+        try:
+            sf.write(self._path, audio, SAMPLE_RATE, subtype="PCM_16")
+        except Exception as exc:
+            self._console.line(f"[error] cannot write {self._path}: {exc}")
+            return
+        voiced = sum(len(seg.samples) for seg in self._segments) / SAMPLE_RATE
+        self._console.line(f"[saved] {self._path}: {total / SAMPLE_RATE:.2f} s, {voiced:.2f} s of assistant audio")
+
+
+# ---------------------------------------------------------------------------------------------
+# console and transcript
+
+
+class Console:
+    """Prints conversation lines; assistant text is streamed on one line per (item, part)."""
+
+    def __init__(self, out: TextIO = sys.stdout) -> None:
+        self._out: TextIO | None = out
+        self._open: object | None = None  # key of the line being streamed
+        self._streamed: set[object] = set()
+
+    def _write(self, text: str) -> None:
+        if self._out is None:
+            return
+        try:
+            self._out.write(text)
+            self._out.flush()
+        except (BrokenPipeError, ValueError):  # stdout closed (e.g. piped into head): stay quiet
+            self._out = None
+
+    def _close_open(self) -> None:
+        if self._open is not None:
+            self._write("\n")
+            self._open = None
+
+    def line(self, text: str) -> None:
+        """Print a whole line (ending any streamed line first)."""
+        self._close_open()
+        self._write(text + "\n")
+
+    def stream(self, key: object, label: str, text: str) -> None:
+        """Append streamed ``text`` to the line of ``key`` (reopened with ``label …`` if broken)."""
+        if self._open != key:
+            self._close_open()
+            self._write(f"{label}: " if key not in self._streamed else f"{label} …: ")
+            self._open = key
+            self._streamed.add(key)
+        self._write(text)
+
+    def finish(self, key: object, label: str, full_text: str | None) -> None:
+        """End the streamed line of ``key``; print ``full_text`` if nothing was streamed."""
+        if key in self._streamed:
+            if self._open == key:
+                self._close_open()
+        elif full_text:
+            self.line(f"{label}: {full_text}")
+            self._streamed.add(key)
+
+
+def strip_audio(value: Any, audio_delta: bool = False) -> Any:
+    """Copy of an event with base64 audio replaced by ``"<N bytes>"`` (keys ``audio`` / audio ``delta``)."""
+    if isinstance(value, dict):
+        out = {}
+        for key, sub in value.items():
+            if isinstance(sub, str) and (key == "audio" or (audio_delta and key == "delta")):
+                out[key] = f"<{len(sub) * 3 // 4 - sub.count('=')} bytes>"
+            else:
+                out[key] = strip_audio(sub)
+        return out
+    if isinstance(value, list):
+        return [strip_audio(sub) for sub in value]
+    return value
+
+
+class TranscriptLog:
+    """JSON Lines of received server events (``t`` = seconds since connecting), audio stripped."""
+
+    def __init__(self, path: str | None, t0: float) -> None:
+        self._file = open(path, "w", encoding="utf-8") if path else None  # noqa: SIM115
+        self._t0 = t0
+
+    def write(self, event: dict[str, Any]) -> None:
+        """Append one event."""
+        if self._file is None:
+            return
+        record = {"t": round(time.monotonic() - self._t0, 3)}
+        record.update(strip_audio(event, audio_delta=event.get("type") == "response.output_audio.delta"))
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._file is not None:
+            self._file.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# protocol client
+
+
+def build_session_update(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``session.update`` event for the command-line options."""
+    audio_in: dict[str, Any] = {
+        "format": {"type": "audio/pcm", "rate": SAMPLE_RATE},
+        "turn_detection": None if args.no_vad else {"type": "server_vad", "interrupt_response": True},
+    }
+    if args.transcription_model:
+        audio_in["transcription"] = {"model": args.transcription_model}
+    audio_out: dict[str, Any] = {"format": {"type": "audio/pcm", "rate": SAMPLE_RATE}}
+    if args.voice:
+        audio_out["voice"] = args.voice
+    session: dict[str, Any] = {
+        "type": "realtime",
+        "output_modalities": ["audio"],
+        "audio": {"input": audio_in, "output": audio_out},
+    }
+    if args.instructions:
+        session["instructions"] = args.instructions
+    return {"type": "session.update", "session": session}
+
+
+class RealtimeClient:
+    """One Realtime conversation over an open websocket: sends input, handles server events.
+
+    Turn bookkeeping: ``awaiting_reply`` is set when the user starts speaking (server VAD) or the
+    client sends ``response.create``, and cleared by the ``response.done`` of a response created
+    after the latest ``speech_started``, once the user has stopped speaking.
+    """
+
+    def __init__(
+        self,
+        ws: ClientConnection,
+        sink: AudioSink,
+        console: Console,
+        log: TranscriptLog,
+        *,
+        exact_timeline: bool = False,
+        verbose: bool = False,
+    ) -> None:
+        self.ws = ws
+        self.sink = sink
+        self.console = console
+        self.log = log
+        self.exact_timeline = exact_timeline  # input is a file: audio_end_ms maps onto wall time
+        self.verbose = verbose
+        self.session_ready = asyncio.Event()
+        self.stream_t0 = time.monotonic()  # monotonic seconds of input sample 0
+        self.last_event_t = time.monotonic()
+        self.in_flight: set[str] = set()
+        self.awaiting_reply = False
+        self.user_speaking = False
+        self.speech_generation = 0  # incremented on every speech_started
+        self.response_generation: dict[str, int] = {}
+        self.response_items: dict[str, set[str]] = {}
+        self.interrupted_responses: set[str] = set()
+        self.interrupted_items: set[str] = set()
+        self.tool_names: dict[str, str] = {}
+        self.turn_end: tuple[float, str, float | None] | None = None  # (monotonic s, label, audio_end_ms)
+        self.latencies_ms: list[float] = []
+        self.responses_done = 0
+        self.closed = False
+        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "session.created": self._on_session,
+            "session.updated": self._on_session,
+            "error": self._on_error,
+            "input_audio_buffer.speech_started": self._on_speech_started,
+            "input_audio_buffer.speech_stopped": self._on_speech_stopped,
+            "conversation.item.input_audio_transcription.completed": self._on_user_transcript,
+            "conversation.item.input_audio_transcription.failed": self._on_user_transcript_failed,
+            "response.created": self._on_response_created,
+            "response.output_item.added": self._on_output_item,
+            "response.output_audio.delta": self._on_audio_delta,
+            "response.output_audio.done": self._on_audio_done,
+            "response.output_audio_transcript.delta": self._on_text_delta,
+            "response.output_text.delta": self._on_text_delta,
+            "response.output_audio_transcript.done": self._on_text_done,
+            "response.output_text.done": self._on_text_done,
+            "response.function_call_arguments.done": self._on_function_call,
+            "response.done": self._on_response_done,
+        }
+
+    # -- sending -------------------------------------------------------------------------------
+
+    async def send(self, event: dict[str, Any]) -> None:
+        """Send one client event (silently dropped once the connection is closed)."""
+        if self.closed:
+            return
+        try:
+            await self.ws.send(json.dumps(event))
+        except ConnectionClosed:
+            self.closed = True
+
+    async def append_audio(self, samples: np.ndarray) -> None:
+        """Send int16 samples at SAMPLE_RATE as ``input_audio_buffer.append``."""
+        await self.send({"type": "input_audio_buffer.append", "audio": encode_pcm16(samples)})
+
+    def _expect_reply(self, label: str) -> None:
+        self.awaiting_reply = True
+        self.turn_end = (time.monotonic(), label, None)
+
+    async def commit_and_respond(self) -> None:
+        """Without server VAD: commit the input buffer and ask for a response."""
+        await self.send({"type": "input_audio_buffer.commit"})
+        self._expect_reply("response.create")
+        await self.send({"type": "response.create"})
+
+    async def send_text_turn(self, text: str) -> None:
+        """A user text message followed by ``response.create``."""
+        self.console.line(f"you (text): {text}")
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        await self.send({"type": "conversation.item.create", "item": item})
+        self._expect_reply("response.create")
+        await self.send({"type": "response.create"})
+
+    async def cancel_responses(self) -> None:
+        """``response.cancel`` if a response is in flight (Ctrl-C, push-to-talk barge-in)."""
+        if self.in_flight:
+            self.interrupted_responses |= self.in_flight
+            await self.send({"type": "response.cancel"})
+
+    async def barge_in(self) -> None:
+        """Stop local playback and tell the server how much of the playing item was heard."""
+        self.interrupted_responses |= self.in_flight
+        stopped = self.sink.interrupt()
+        if stopped is None:
+            return
+        item_id, played_ms = stopped
+        self.interrupted_items.add(item_id)
+        await self.send(
+            {"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": played_ms}
+        )
+        self.console.line(f"[barge-in] playback stopped; truncated {item_id} at {played_ms} ms")
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    async def receive_loop(self) -> str | None:
+        """Handle server events until the connection closes; return why it closed (None if cleanly)."""
+        reason = None
+        try:
+            async for message in self.ws:
+                if isinstance(message, bytes):
+                    continue
+                try:
+                    event = json.loads(message)
+                except ValueError:
+                    self.console.line(f"[warning] non-JSON message ignored: {message[:80]!r}")
+                    continue
+                if isinstance(event, dict):
+                    await self.handle(event)
+        except ConnectionClosed as exc:
+            reason = f"code {exc.rcvd.code if exc.rcvd else 1006}: {exc.rcvd.reason if exc.rcvd else 'no close frame'}"
+        self.closed = True
+        return reason
+
+    async def handle(self, event: dict[str, Any]) -> None:
+        """Log ``event`` and dispatch it to its handler."""
+        self.last_event_t = time.monotonic()
+        self.log.write(event)
+        kind = str(event.get("type", ""))
+        if self.verbose and not kind.endswith(".delta"):
+            self.console.line(f"  · {kind}")
+        handler = self._handlers.get(kind)
+        if handler is None:
+            return
+        try:
+            result = handler(event)
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception as exc:  # a malformed event must not end the conversation
+            self.console.line(f"[warning] could not handle {kind}: {exc!r}")
+
+    def _on_session(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "session.updated":
+            self.session_ready.set()
+
+    def _on_error(self, event: dict[str, Any]) -> None:
+        error = event.get("error") or {}
+        code = error.get("code") or error.get("type") or "error"
+        self.console.line(f"[error] {code}: {error.get('message', event)}")
+
+    async def _on_speech_started(self, event: dict[str, Any]) -> None:
+        self.user_speaking = True
+        self.speech_generation += 1
+        self.awaiting_reply = True
+        self.turn_end = None
+        await self.barge_in()
+
+    def _on_speech_stopped(self, event: dict[str, Any]) -> None:
+        self.user_speaking = False
+        audio_end_ms = event.get("audio_end_ms")
+        self.turn_end = (time.monotonic(), "speech_stopped", audio_end_ms if isinstance(audio_end_ms, int) else None)
+
+    def _on_user_transcript(self, event: dict[str, Any]) -> None:
+        self.console.line(f"you: {event.get('transcript', '')}")
+
+    def _on_user_transcript_failed(self, event: dict[str, Any]) -> None:
+        error = event.get("error") or {}
+        self.console.line(f"[error] transcription failed: {error.get('message', event)}")
+
+    def _on_response_created(self, event: dict[str, Any]) -> None:
+        response_id = str((event.get("response") or {}).get("id", ""))
+        self.in_flight.add(response_id)
+        self.response_generation[response_id] = self.speech_generation
+
+    def _on_output_item(self, event: dict[str, Any]) -> None:
+        item = event.get("item") or {}
+        if item.get("type") == "function_call":
+            self.tool_names[str(item.get("id"))] = str(item.get("name", "?"))
+
+    def _on_audio_delta(self, event: dict[str, Any]) -> None:
+        response_id = str(event.get("response_id", ""))
+        item_id = str(event.get("item_id", ""))
+        if response_id in self.interrupted_responses or item_id in self.interrupted_items:
+            return  # late audio of an interrupted reply: never play it
+        pcm = decode_pcm16(str(event.get("delta", "")))
+        self.response_items.setdefault(response_id, set()).add(item_id)
+        now = time.monotonic()
+        generation = self.response_generation.get(response_id, self.speech_generation)
+        if self.turn_end is not None and generation == self.speech_generation:
+            self._report_latency(now)
+        self.sink.push(item_id, pcm)
+
+    def _report_latency(self, now: float) -> None:
+        assert self.turn_end is not None
+        t_end, label, audio_end_ms = self.turn_end
+        self.turn_end = None
+        latency_ms = (now - t_end) * 1000.0
+        self.latencies_ms.append(latency_ms)
+        text = f"[latency] {label} → first audio: {latency_ms:.0f} ms"
+        if self.exact_timeline and audio_end_ms is not None:
+            v2v_ms = (now - self.stream_t0) * 1000.0 - audio_end_ms
+            text += f" (end of speech → first audio: {v2v_ms:.0f} ms)"
+        self.console.line(text)
+
+    def _on_audio_done(self, event: dict[str, Any]) -> None:
+        self.sink.item_done(str(event.get("item_id", "")))
+
+    def _on_text_delta(self, event: dict[str, Any]) -> None:
+        key = (event.get("item_id"), event.get("content_index", 0))
+        self.console.stream(key, "assistant", str(event.get("delta", "")))
+
+    def _on_text_done(self, event: dict[str, Any]) -> None:
+        key = (event.get("item_id"), event.get("content_index", 0))
+        self.console.finish(key, "assistant", event.get("transcript") or event.get("text"))
+
+    def _on_function_call(self, event: dict[str, Any]) -> None:
+        name = event.get("name") or self.tool_names.get(str(event.get("item_id")), "?")
+        self.console.line(f"[tool] {name}({event.get('arguments', '')}) call_id={event.get('call_id')}")
+
+    def _on_response_done(self, event: dict[str, Any]) -> None:
+        response = event.get("response") or {}
+        response_id = str(response.get("id", ""))
+        self.in_flight.discard(response_id)
+        self.responses_done += 1
+        for item_id in self.response_items.pop(response_id, set()):
+            self.sink.item_done(item_id)
+        status = response.get("status", "completed")
+        if status != "completed":
+            details = response.get("status_details") or {}
+            reason = details.get("reason") or (details.get("error") or {}).get("message") or ""
+            self.console.line(f"[response {status}{': ' + reason if reason else ''}]")
+        current = self.response_generation.get(response_id, self.speech_generation) == self.speech_generation
+        if current and not self.user_speaking:
+            self.awaiting_reply = False
+
+
+# ---------------------------------------------------------------------------------------------
+# input sources
+
+
+class FileSource:
+    """An audio file streamed at real-time pace on an absolute schedule."""
+
+    def __init__(self, samples: np.ndarray, trailing_silence_s: float) -> None:
+        """``samples``: int16 mono at SAMPLE_RATE; ``trailing_silence_s``: silence appended, in s."""
+        silence = np.zeros(round(trailing_silence_s * SAMPLE_RATE), dtype=np.int16)
+        audio = np.concatenate([samples, silence])
+        pad = (-len(audio)) % BLOCK_SAMPLES
+        self.samples = np.concatenate([audio, np.zeros(pad, dtype=np.int16)])
+
+    @property
+    def duration_samples(self) -> int:
+        """Length of what is streamed, in samples at SAMPLE_RATE."""
+        return len(self.samples)
+
+    async def stream(self, client: RealtimeClient) -> None:
+        """Send block i (40 ms) at ``client.stream_t0 + (i + 1) * BLOCK_S``, when it "was recorded"."""
+        for index in range(len(self.samples) // BLOCK_SAMPLES):
+            delay = client.stream_t0 + (index + 1) * BLOCK_S - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await client.append_audio(self.samples[index * BLOCK_SAMPLES : (index + 1) * BLOCK_SAMPLES])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class MicSource:
+    """Microphone capture through a ``sounddevice`` InputStream, sent in 40 ms blocks."""
+
+    def __init__(self, device: int | str | None = None) -> None:
+        sd = import_sounddevice()
+        try:
+            self.rate = pick_rate(sd, device, "input")
+            self._stream = sd.InputStream(
+                samplerate=self.rate,
+                channels=1,
+                dtype="int16",
+                device=device,
+                blocksize=round(self.rate * BLOCK_S),
+                callback=self._callback,
+            )
+        except Exception as exc:  # PortAudioError, ValueError (no default device), ...
+            raise AudioDeviceError(f"no input device: {exc}") from exc
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[np.ndarray] | None = None
+
+    def _callback(self, indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        """PortAudio thread: hand a copy of the block to the event loop."""
+        if self._loop is not None and self._queue is not None:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, indata[:, 0].copy())
+
+    async def stream(self, client: RealtimeClient) -> None:
+        """Capture until cancelled; resample to SAMPLE_RATE and send BLOCK_SAMPLES blocks."""
+        self._loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue()
+        resampler = StreamResampler(self.rate, SAMPLE_RATE)
+        blocker = Blocker(BLOCK_SAMPLES)
+        self._stream.start()
+        try:
+            while True:
+                captured = await self._queue.get()
+                for block in blocker.feed(resampler.process(captured)):
+                    await client.append_audio(block)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop and close the input stream."""
+        self._loop = None
+        with contextlib.suppress(Exception):
+            self._stream.stop()
+        with contextlib.suppress(Exception):
+            self._stream.close()
+
+
+def start_stdin_reader(loop: asyncio.AbstractEventLoop) -> asyncio.Queue[str]:
+    """Lines typed on stdin, read by a daemon thread (so it never blocks shutdown)."""
+    lines: asyncio.Queue[str] = asyncio.Queue()
+
+    def read() -> None:
+        for line in sys.stdin:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    return lines
+
+
+async def push_to_talk(client: RealtimeClient) -> None:
+    """``--no_vad`` live mode: every Enter ends the user's turn (interrupting any reply)."""
+    client.console.line("[push-to-talk] speak, then press Enter to get a reply")
+    lines = start_stdin_reader(asyncio.get_running_loop())
+    while True:
+        await lines.get()
+        await client.cancel_responses()
+        await client.barge_in()
+        await client.commit_and_respond()
+
+
+async def wait_for_reply(client: RealtimeClient, idle_timeout_s: float, settle_s: float = 0.0) -> bool:
+    """Wait until no reply is awaited, no response is in flight and the server was quiet ``settle_s`` s.
+
+    Returns False instead when, with no response in flight, nothing came from the server for
+    ``idle_timeout_s`` seconds (counted from the call at the earliest).
+    """
+    since = time.monotonic()
+    while True:
+        if not client.in_flight:
+            quiet_s = time.monotonic() - max(client.last_event_t, since)
+            if not client.awaiting_reply and quiet_s >= settle_s:
+                return True
+            if quiet_s >= idle_timeout_s:
+                return False
+        await asyncio.sleep(0.05)
+
+
+async def send_text_turns(client: RealtimeClient, texts: Sequence[str], idle_timeout_s: float) -> None:
+    """Send each text turn once the previous reply is complete (or the server went idle)."""
+    for text in texts:
+        if not await wait_for_reply(client, idle_timeout_s):
+            client.console.line(f"[idle] no reply for {idle_timeout_s:g} s; sending the next turn")
+            client.awaiting_reply = False
+        await client.send_text_turn(text)
+
+
+async def drive_input(
+    client: RealtimeClient,
+    source: FileSource | MicSource | None,
+    texts: Sequence[str],
+    no_vad: bool,
+    idle_timeout_s: float,
+) -> None:
+    """Send all input: the file (then commit without VAD) or the microphone, then the text turns.
+
+    Returns when the input is over; with a microphone it runs until cancelled.
+    """
+    background: list[asyncio.Task[None]] = []
+    if isinstance(source, MicSource):
+        background.append(asyncio.create_task(source.stream(client)))
+        if no_vad:
+            background.append(asyncio.create_task(push_to_talk(client)))
+    elif isinstance(source, FileSource):
+        await source.stream(client)
+        if no_vad:
+            await client.commit_and_respond()
+    try:
+        await send_text_turns(client, texts, idle_timeout_s)
+        if background:
+            await asyncio.gather(*background)
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+
+
+async def wait_finished(client: RealtimeClient, input_task: asyncio.Task[None], idle_timeout_s: float) -> bool:
+    """Once the input is over, wait for the last reply. True when done, False on idle timeout."""
+    await asyncio.shield(input_task)
+    return await wait_for_reply(client, idle_timeout_s, settle_s=SETTLE_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# main
+
+
+@dataclass
+class Session:
+    """What a run needs besides the connection."""
+
+    source: FileSource | MicSource | None
+    sink: AudioSink
+    live: bool
+
+
+def prepare(args: argparse.Namespace, console: Console) -> Session:
+    """Open the input and output (before connecting). Raises AudioDeviceError or UsageError."""
+    live = args.input_audio is None and not args.text
+    source: FileSource | MicSource | None = None
+    if args.output_audio is not None and not Path(args.output_audio).resolve().parent.is_dir():
+        raise UsageError(f"cannot write --output_audio {args.output_audio}: no such directory")
+    if args.input_audio is not None:
+        try:
+            samples = load_audio(args.input_audio)
+        except (OSError, RuntimeError) as exc:  # soundfile raises LibsndfileError (a RuntimeError)
+            raise UsageError(f"cannot read --input_audio {args.input_audio}: {exc}") from exc
+        source = FileSource(samples, 0.0 if args.no_vad else TRAILING_SILENCE_S)
+        console.line(f"[input] {args.input_audio}: {len(samples) / SAMPLE_RATE:.2f} s at {SAMPLE_RATE} Hz")
+    elif live:
+        source = MicSource(parse_device(args.input_device))
+    sink: AudioSink
+    if args.output_audio is not None:
+        min_samples = source.duration_samples if isinstance(source, FileSource) else 0
+        sink = WavSink(args.output_audio, console, min_samples=min_samples)
+    elif live:
+        try:
+            sink = SpeakerSink(parse_device(args.output_device))
+        except AudioDeviceError:
+            if source is not None:
+                source.close()
+            raise
+    else:
+        try:
+            sink = SpeakerSink(parse_device(args.output_device))
+        except AudioDeviceError:
+            console.line("[note] no audio output device: assistant audio is not played (save it with --output_audio)")
+            sink = NullSink()
+    return Session(source=source, sink=sink, live=live)
+
+
+def install_stop_handler(stop: asyncio.Event) -> Callable[[], None]:
+    """Ctrl-C sets ``stop`` (a second Ctrl-C raises KeyboardInterrupt); returns an uninstaller."""
+    loop = asyncio.get_running_loop()
+
+    def on_sigint() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError):  # Windows: KeyboardInterrupt does the job
+        return lambda: None
+    return lambda: loop.remove_signal_handler(signal.SIGINT)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Open input, output and transcript, connect, converse, clean up; return the exit status."""
+    console = Console()
+    try:
+        log = TranscriptLog(args.transcript, time.monotonic())
+    except OSError as exc:
+        print(f"talk.py: cannot write --transcript {args.transcript}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            session = prepare(args, console)
+        except AudioDeviceError as exc:
+            print(
+                f"talk.py: no usable audio device ({exc}); use --input_audio PATH and --output_audio PATH instead",
+                file=sys.stderr,
+            )
+            return 1
+        except UsageError as exc:
+            print(f"talk.py: {exc}", file=sys.stderr)
+            return 1
+        try:
+            return await connect_and_converse(args, session, console, log)
+        finally:
+            if session.source is not None:
+                session.source.close()
+            session.sink.close()
+    finally:
+        log.close()
+
+
+async def connect_and_converse(args: argparse.Namespace, session: Session, console: Console, log: TranscriptLog) -> int:
+    """Open the websocket (with the API key header) and run the conversation on it."""
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
+    try:
+        ws = await connect(args.url, additional_headers=headers, max_size=MAX_MESSAGE_BYTES, open_timeout=10)
+    except (OSError, TimeoutError, WebSocketException) as exc:
+        print(f"talk.py: cannot connect to {args.url}: {exc}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    uninstall = install_stop_handler(stop)
+    try:
+        async with ws:
+            return await converse(args, ws, session, console, log, stop)
+    finally:
+        uninstall()
+
+
+async def converse(
+    args: argparse.Namespace,
+    ws: ClientConnection,
+    session: Session,
+    console: Console,
+    log: TranscriptLog,
+    stop: asyncio.Event,
+) -> int:
+    """Run one conversation on an open connection; return the exit status."""
+    client = RealtimeClient(
+        ws,
+        session.sink,
+        console,
+        log,
+        exact_timeline=isinstance(session.source, FileSource),
+        verbose=args.verbose,
+    )
+    console.line(f"[connected] {args.url}" + (" (Ctrl-C to quit)" if session.live else ""))
+    receiver = asyncio.create_task(client.receive_loop())
+    await client.send(build_session_update(args))
+    ready = asyncio.create_task(client.session_ready.wait())
+    await asyncio.wait({ready, receiver}, timeout=SESSION_READY_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
+        ready.cancel()
+        if not receiver.done():
+            console.line("[warning] no session.updated yet; streaming anyway")
+
+    client.stream_t0 = time.monotonic()
+    session.sink.start(client.stream_t0)
+    texts = args.text or []
+    input_task = asyncio.create_task(drive_input(client, session.source, texts, args.no_vad, args.idle_timeout_s))
+    stopper = asyncio.create_task(stop.wait())
+    waiters: set[asyncio.Task[Any]] = {receiver, stopper}
+    finisher: asyncio.Task[bool] | None = None
+    if session.live:
+        waiters.add(input_task)  # runs until cancelled; finishing means the microphone failed
+    else:
+        finisher = asyncio.create_task(wait_finished(client, input_task, args.idle_timeout_s))
+        waiters.add(finisher)
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+
+    status = 0
+    if stopper.done():
+        console.line("[stopped]")
+        status = 0 if session.live else 130
+        await client.cancel_responses()
+    elif finisher is not None and finisher.done() and finisher.exception() is None:
+        if not finisher.result():
+            console.line(f"[idle] nothing from the server for {args.idle_timeout_s:g} s; exiting")
+        await session.sink.drain()
+    elif receiver.done():
+        reason = repr(receiver.exception()) if receiver.exception() is not None else receiver.result()
+        console.line(f"[closed] server closed the connection{' (' + reason + ')' if reason else ''}")
+        status = 1
+
+    pending = [task for task in (input_task, stopper, finisher) if task is not None]
+    for task in pending:
+        task.cancel()
+    results = await asyncio.gather(*pending, return_exceptions=True)
+    if isinstance(results[0], Exception):  # the input task failed (file send, microphone)
+        console.line(f"[error] input failed: {results[0]!r}")
+        status = 1
+    await ws.close()
+    await asyncio.gather(receiver, return_exceptions=True)
+    if client.latencies_ms:
+        lat = np.asarray(client.latencies_ms)
+        console.line(
+            f"[summary] responses: {client.responses_done}; first-audio latency over {len(lat)} turn(s): "
+            f"median {np.median(lat):.0f} ms, max {lat.max():.0f} ms"
+        )
+    return status
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line flags."""
+    parser = argparse.ArgumentParser(
+        description="Talk to an OpenAI-Realtime-compatible server from the terminal (microphone or files).",
+        epilog="Live mode (microphone + speaker) unless --input_audio or --text is given.",
+    )
+    parser.add_argument("--url", default="ws://127.0.0.1:8765/v1/realtime", help="server websocket URL")
+    parser.add_argument("--input_audio", metavar="PATH", help="stream this audio file (any rate) at real-time pace")
+    parser.add_argument("--output_audio", metavar="PATH", help="write the assistant audio as a 24 kHz WAV")
+    parser.add_argument(
+        "--text", action="append", metavar="TEXT", help="user text turn (repeatable; each after the previous reply)"
+    )
+    parser.add_argument("--instructions", help="session instructions (system prompt)")
+    parser.add_argument("--voice", help="assistant voice")
+    parser.add_argument(
+        "--no_vad",
+        action="store_true",
+        help="turn_detection null: the client commits and sends response.create (after the file; on Enter when live)",
+    )
+    parser.add_argument("--api_key", help="sent as 'Authorization: Bearer KEY'")
+    parser.add_argument("--transcript", metavar="PATH", help="write received server events as JSON Lines (no audio)")
+    parser.add_argument(
+        "--idle_timeout_s",
+        type=float,
+        default=30.0,
+        help="file/text mode: exit after this many seconds without events and no response in flight (default 30)",
+    )
+    parser.add_argument("--transcription_model", help="request input transcription with this model (e.g. whisper-1)")
+    parser.add_argument("--input_device", help="microphone: sounddevice index or name substring")
+    parser.add_argument("--output_device", help="speaker: sounddevice index or name substring")
+    parser.add_argument("--verbose", action="store_true", help="print the type of every server event")
+    args = parser.parse_args(argv)
+    if args.idle_timeout_s <= 0:
+        parser.error("--idle_timeout_s must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The realtime server: WebSocket at ``/v1/realtime`` speaking the OpenAI Realtime protocol.
+
+Models load once, at start, and are shared by every session (see
+:mod:`speech_to_speech.shared`); each connection gets its own
+:class:`~speech_to_speech.realtime.session.RealtimeSession` (pipeline threads,
+history, turn state). The asyncio side only parses, validates and writes
+frames; all model work runs in the sessions' threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import signal
+from http import HTTPStatus
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from speech_to_speech.realtime.protocol import ProtocolError, dispatch, error_event, parse_event
+from speech_to_speech.realtime.session import RealtimeSession, SessionLimits
+
+logger = logging.getLogger(__name__)
+
+PATH = "/v1/realtime"
+#: close code for "server full, try again later" (RFC 6455 registry)
+CLOSE_TRY_AGAIN_LATER = 1013
+
+
+class RealtimeServer:
+    """Accepts clients, enforces limits, and runs one session per connection.
+
+    Args:
+        args: parsed command line (``--host``, ``--port``, ``--max_sessions``,
+            ``--api_key``, ``--max_message_kb``, backends and their settings).
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.sessions: set[RealtimeSession] = set()
+        self.limits = SessionLimits()
+        self._server: Server | None = None
+
+    def warm_up(self) -> None:
+        """Load every model once (shared later by all sessions), in the calling thread."""
+        loop = asyncio.new_event_loop()
+        try:
+            session = RealtimeSession(self.args, loop, lambda event: None, self.limits)
+            session.start()
+            session.close()
+        finally:
+            loop.close()
+
+    def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path != PATH:
+            return connection.respond(HTTPStatus.NOT_FOUND, f"the realtime endpoint is {PATH}\n")
+        key = self.args.api_key
+        if key:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong API key\n")
+        return None
+
+    async def handle(self, connection: ServerConnection) -> None:
+        """Run one client session until it disconnects."""
+        loop = asyncio.get_running_loop()
+        if len(self.sessions) >= self.args.max_sessions:
+            message = f"the server is full ({self.args.max_sessions} sessions); try again later"
+            await connection.send(json.dumps(error_event("max_sessions_reached", message)))
+            await connection.close(CLOSE_TRY_AGAIN_LATER, "server full")
+            return
+        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        session = RealtimeSession(self.args, loop, outbox.put_nowait, self.limits)
+        self.sessions.add(session)
+        sender = asyncio.create_task(self._pump(connection, outbox))
+        try:
+            await loop.run_in_executor(None, session.start)
+            async for message in connection:
+                self._receive(session, message)
+        except ConnectionClosed:
+            pass
+        except RuntimeError as exc:  # a stage could not start
+            logger.error("session %s failed to start: %s", session.id, exc)
+            with contextlib.suppress(ConnectionClosed):
+                await connection.send(json.dumps(error_event("server_error", str(exc), kind="server_error")))
+        finally:
+            self.sessions.discard(session)
+            await loop.run_in_executor(None, session.close)
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            logger.info("session %s closed", session.id)
+
+    @staticmethod
+    def _receive(session: RealtimeSession, message: str | bytes) -> None:
+        event_id = None
+        try:
+            if isinstance(message, bytes):
+                raise ProtocolError("invalid_event", "binary frames are not supported; send JSON text")
+            event = parse_event(message)
+            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            dispatch(session, event)
+        except ProtocolError as exc:
+            session.emit(error_event(exc.code, exc.message, event_id))
+        except Exception as exc:  # a bug must not end the session
+            logger.exception("session %s: event handling failed", session.id)
+            session.emit(error_event("server_error", f"{type(exc).__name__}: {exc}", event_id, kind="server_error"))
+
+    @staticmethod
+    async def _pump(connection: ServerConnection, outbox: asyncio.Queue[dict[str, Any]]) -> None:
+        while True:
+            event = await outbox.get()
+            try:
+                await connection.send(json.dumps(event))
+            except ConnectionClosed:
+                return
+
+    async def run(self, ready: asyncio.Event | None = None, stop: asyncio.Future[None] | None = None) -> None:
+        """Serve until ``stop`` resolves (or SIGINT/SIGTERM when running in the main thread)."""
+        loop = asyncio.get_running_loop()
+        stop = stop or loop.create_future()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+        max_size = self.args.max_message_kb * 1024
+        async with serve(
+            self.handle, self.args.host, self.args.port, process_request=self._check_request, max_size=max_size
+        ) as server:
+            self._server = server
+            port = server.sockets[0].getsockname()[1] if server.sockets else self.args.port
+            self.port = port
+            print(f"realtime server listening on ws://{self.args.host}:{port}{PATH}", flush=True)
+            if ready is not None:
+                ready.set()
+            await stop
+        logger.info("server stopped")
+
+
+def run_server(args: argparse.Namespace) -> None:
+    """Load the models, then serve until interrupted."""
+    server = RealtimeServer(args)
+    print("loading models ...", flush=True)
+    server.warm_up()
+    asyncio.run(server.run())

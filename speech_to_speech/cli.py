@@ -102,6 +102,8 @@ _HELP = {
     "min_speech_ms": "shorter speech is ignored as noise, ms",
     "speech_pad_ms": "audio kept before and after speech, ms",
     "max_speech_ms": "a turn is cut at this length, ms",
+    "interrupt_response": "user speech cancels the reply being spoken (barge-in), true/false",
+    "turn_grace_ms": "speech resuming within this time after an endpoint reopens the turn, ms (0: off)",
     "stt_model": "STT model folder or hub id (default: embedded Whisper tiny.en)",
     "language": "spoken language code (e.g. en), or auto",
     "stt_compute_type": "STT precision (default, int8, float16, ...)",

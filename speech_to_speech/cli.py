@@ -115,6 +115,7 @@ _HELP = {
     "history_turns": "user turns kept in the conversation history",
     "stream_batch_sentences": "sentences per TTS batch after the first",
     "tts_voice": "Piper voice .onnx path (default: embedded voice)",
+    "stream_words": "feed TTS word by word (engines that take streaming text), true/false",
     "audio_history_turns": "user turns whose audio stays in history (older audio is replaced by text)",
     "compact_history": "summarise old turns in the background instead of dropping them (true/false)",
     "model_name": "model id at the OpenAI-compatible endpoint",

@@ -47,7 +47,7 @@ from speech_to_speech.prompts import (
     clean_messages_for_local_model,
     language_name,
 )
-from speech_to_speech.text import SentenceStreamer, is_speakable, remove_unspeakable
+from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,8 @@ class LLMConfig:
         stream_batch_sentences: sentences per TTS batch after the first.
         language: "auto" passes the STT's detected language to the prompt.
         audio_history_turns: user turns whose audio stays in history (older audio becomes text).
+        stream_words: send speech to TTS word by word (engines that take streaming text)
+            instead of sentence by sentence.
     """
 
     llm_model: str = ""
@@ -150,6 +152,7 @@ class LLMConfig:
     stream_batch_sentences: int = 2
     language: str = "en"
     audio_history_turns: int = 1
+    stream_words: bool = False
 
 
 @dataclass
@@ -341,7 +344,9 @@ class BaseLLMHandler(BaseHandler):
         yield from self._finish(st, sent)
 
     def _consume(self, st: _ResponseState, events: Iterator[ProviderEvent], start: float) -> Iterator[Any]:
-        streamer = SentenceStreamer(self.config.stream_batch_sentences)
+        streamer: SentenceStreamer | WordStreamer = (
+            WordStreamer() if self.config.stream_words else SentenceStreamer(self.config.stream_batch_sentences)
+        )
         try:
             for event in events:
                 if isinstance(event, Usage):
@@ -378,12 +383,13 @@ class BaseLLMHandler(BaseHandler):
             if close is not None:
                 close()
 
-    def _flush_sentences(self, st: _ResponseState, streamer: SentenceStreamer) -> Iterator[Any]:
+    def _flush_sentences(self, st: _ResponseState, streamer: SentenceStreamer | WordStreamer) -> Iterator[Any]:
         for batch in streamer.flush():
             yield from self._speak(st, batch)
 
     def _speak(self, st: _ResponseState, text: str) -> Iterator[TTSInput]:
-        clean = remove_unspeakable(text).strip()
+        clean = remove_unspeakable(text)
+        clean = clean.rstrip() if self.config.stream_words else clean.strip()  # words keep their leading space
         if is_speakable(clean):
             st.spoken = True
             yield TTSInput(st.stamp, clean)

@@ -326,3 +326,12 @@ def test_local_messages_are_cleaned_before_the_model() -> None:
     roles = [m["role"] for m in llm.scripts_seen[0]]
     assert roles[0] == "system" and roles[1] == "user"  # a user message follows the system prompt
     assert all(a != b or a == "tool" for a, b in itertools.pairwise(roles))
+
+
+def test_stream_words_sends_whole_words_to_tts() -> None:
+    llm, _ = make_llm(Script(["Hel", "lo the", "re, **my** fri", "end."]))
+    llm.config.stream_words = True
+    out = ask(llm, "Hi")
+    words = texts(out)
+    assert words == ["Hello", " there,", " my", " friend."]
+    assert isinstance(out[-1], EndOfResponse) and out[-1].text == "Hello there, **my** friend."

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from speech_to_speech.text import SentenceStreamer, is_speakable, remove_unspeakable, split_sentences
+from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable, split_sentences
 
 # -- remove_unspeakable -----------------------------------------------------------------------
 
@@ -159,3 +159,30 @@ def test_nothing_lost_cjk(split: str) -> None:
     out = [batch for _, batch in released] + flushed
     assert out[0] == "你好。"
     assert "".join("".join(out).split()) == "".join(text.split())
+
+
+# -- word re-chunking for streaming-text TTS ----------------------------------------------
+
+
+def stream_words(deltas: list[str]) -> list[str]:
+    streamer = WordStreamer()
+    out = [w for d in deltas for w in streamer.push(d)]
+    return out + list(streamer.flush())
+
+
+def test_words_split_across_deltas_come_out_whole() -> None:
+    assert stream_words(["Hel", "lo wor", "ld, how", " are", " you"]) == ["Hello", " world,", " how", " are", " you"]
+
+
+def test_leading_space_goes_with_the_next_word_and_runs_collapse() -> None:
+    words = stream_words(["  foo \n\t bar", "  baz  "])
+    assert words == ["foo", " bar", " baz"]
+    assert "".join(words) == "foo bar baz"
+
+
+def test_a_word_is_held_until_whitespace_or_flush() -> None:
+    streamer = WordStreamer()
+    assert list(streamer.push("wonder")) == []
+    assert list(streamer.push("ful")) == []
+    assert list(streamer.flush()) == ["wonderful"]
+    assert list(streamer.flush()) == []

@@ -108,6 +108,7 @@ class LLMRequest:
         system_prompt: the full system message.
         items: conversation items (see :mod:`speech_to_speech.chat`), oldest first.
         tools: function tools in the flat Responses shape (``{"type": "function", "name", ...}``).
+        tool_choice: "auto", "required" or "none".
         wants_audio: whether the reply will be spoken.
         max_output_tokens: cap on generated tokens.
         temperature: 0 = greedy.
@@ -116,6 +117,7 @@ class LLMRequest:
     system_prompt: str
     items: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str = "auto"
     wants_audio: bool = True
     max_output_tokens: int = 96
     temperature: float = 0.0
@@ -210,6 +212,7 @@ class BaseLLMHandler(BaseHandler):
         self.device = device
         self.chat = Chat(size=config.history_turns, compactor=self._compact if config.compact_history else None)
         self.tools: list[dict[str, Any]] = []
+        self.tool_choice = "auto"
         self._history_lock = threading.Lock()  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
         self._responses: dict[int, list[str | None]] = {}  # turn id -> [response key, assistant item id]
@@ -246,6 +249,7 @@ class BaseLLMHandler(BaseHandler):
             system_prompt=self.system_prompt(item.wants_audio, item.language),
             items=self.chat.items(),
             tools=list(self.tools),
+            tool_choice=self.tool_choice,
             wants_audio=item.wants_audio,
             max_output_tokens=self.config.max_new_tokens,
             temperature=self.config.temperature,
@@ -264,6 +268,10 @@ class BaseLLMHandler(BaseHandler):
             if item.instructions is not None:
                 build = build_voice_system_prompt if item.wants_audio else build_text_system_prompt
                 request.system_prompt = build(item.instructions, "", None)
+            if item.tools is not None:
+                request.tools = list(item.tools)
+            if item.tool_choice is not None:
+                request.tool_choice = item.tool_choice
             yield from self._generate(Transcript(item.stamp, "", wants_audio=item.wants_audio), request)
             return
         stamp = item.stamp

@@ -10,6 +10,7 @@ audio in Hz.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -108,11 +109,15 @@ class ResponseRequest:
         stamp: the response's stamp.
         wants_audio: False for a text-only response.
         instructions: replaces the session instructions for this response (None: keep).
+        tools: replaces the session tools for this response (None: keep).
+        tool_choice: "auto", "required" or "none" for this response (None: keep).
     """
 
     stamp: Stamp
     wants_audio: bool = True
     instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | None = None
 
 
 @dataclass

@@ -181,6 +181,8 @@ class BaseVADHandler(BaseHandler):
         self._stamp: Stamp | None = None
         self._last: tuple[Stamp, np.ndarray, int] | None = None  # last segment: stamp, audio, end offset
         self._prefix = np.zeros(0, dtype=np.float32)
+        #: answer each endpointed turn (False: only transcribe it; the client asks for responses)
+        self.create_response = True
 
     def setup(self) -> None:
         self.load()
@@ -250,4 +252,5 @@ class BaseVADHandler(BaseHandler):
             speech_end_time=self._speech_end_time or now,
             endpoint_time=now,
             stream_end_offset=endpoint.speech_end_offset,
+            respond=self.create_response,
         )

@@ -152,8 +152,9 @@ class ResponsesAPIHandler(OpenAICompatibleHandler):
 
     def _request(self, request: LLMRequest, stream: bool) -> Any:
         kwargs = self._sampling(request)
-        if request.tools:
+        if request.tools and request.tool_choice != "none":
             kwargs["tools"] = request.tools
+            kwargs["tool_choice"] = request.tool_choice
         return self.client.responses.create(
             model=self.config.model_name,
             instructions=request.system_prompt or None,
@@ -203,8 +204,9 @@ class ChatCompletionsHandler(OpenAICompatibleHandler):
 
     def _request(self, request: LLMRequest, stream: bool) -> Any:
         kwargs = self._sampling(request)
-        if request.tools:
+        if request.tools and request.tool_choice != "none":
             kwargs["tools"] = to_chat_tools(request.tools)
+            kwargs["tool_choice"] = request.tool_choice
         if stream:
             kwargs["stream_options"] = {"include_usage": True}
         limit = "max_completion_tokens" if self.official else "max_tokens"

@@ -105,6 +105,23 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
     return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 
 
+def _check_tools(tools: Any, tool_choice: Any) -> None:
+    """Validate ``tools`` and ``tool_choice`` of a session or a response.
+
+    Raises:
+        ProtocolError: tools not a list of named function tools; ``tool_choice`` not
+            "auto"/"none"/"required" (the object form is ``tool_choice_not_supported``).
+    """
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
+    ):
+        raise ProtocolError("invalid_value", "'tools' must be a list of function tools with a name")
+    if isinstance(tool_choice, dict):
+        raise ProtocolError("tool_choice_not_supported", "tool_choice must be 'auto', 'none' or 'required'")
+    if tool_choice not in ("auto", "none", "required"):
+        raise ProtocolError("invalid_value", "tool_choice must be 'auto', 'none' or 'required'")
+
+
 class ClientSink(PacedAudioSink):
     """The end of a session's pipeline: paced audio and text turned into protocol events.
 
@@ -257,8 +274,11 @@ class RealtimeSession:
         gated = (event, stamp)
         if threading.get_ident() == self._loop_thread:
             self._send_gated(gated)
-        elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._send_gated, gated)
+        else:
+            try:
+                self.loop.call_soon_threadsafe(self._send_gated, gated)
+            except RuntimeError:  # the connection's loop is gone: the client left
+                pass
 
     def _send_gated(self, gated: tuple[dict[str, Any], Stamp | None]) -> None:
         event, stamp = gated
@@ -301,12 +321,7 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", "'instructions' must be a string")
         if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"audio", "text"}:
             raise ProtocolError("invalid_value", "'output_modalities' must be ['audio'] or ['text']")
-        if not isinstance(tools, list) or not all(
-            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
-        ):
-            raise ProtocolError("invalid_value", "'tools' must be a list of function tools with a name")
-        if not isinstance(tool_choice, str) or tool_choice not in ("auto", "none", "required"):
-            raise ProtocolError("tool_choice_not_supported", "'tool_choice' must be 'auto', 'none' or 'required'")
+        _check_tools(tools, tool_choice)
         if not isinstance(audio, dict):
             raise ProtocolError("invalid_value", "'audio' must be an object")
         audio_in, audio_out = audio.get("input") or {}, audio.get("output") or {}
@@ -335,13 +350,15 @@ class RealtimeSession:
             self.voice = str(voice)
             self.turn_detection = turn_detection
             self.llm.config.system_prompt = instructions
-            self.llm.tools = [] if tool_choice == "none" else copy.deepcopy(tools)
+            self.llm.tools = copy.deepcopy(tools)
+            self.llm.tool_choice = tool_choice
             if turn_detection is not None:
                 cfg = self.vad.config
                 cfg.vad_threshold = float(turn_detection.get("threshold", cfg.vad_threshold))
                 cfg.min_silence_ms = int(turn_detection.get("silence_duration_ms", cfg.min_silence_ms))
                 cfg.speech_pad_ms = int(turn_detection.get("prefix_padding_ms", cfg.speech_pad_ms))
                 cfg.interrupt_response = bool(turn_detection.get("interrupt_response", True))
+                self.vad.create_response = bool(turn_detection.get("create_response", True))
                 self.vad.endpointer = Endpointer(cfg)
         self.emit({"type": "session.updated", "session": self.session_object()})
 
@@ -466,8 +483,15 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", "'instructions' must be a string")
         if not isinstance(modalities, list) or not set(modalities) <= {"audio", "text"} or not modalities:
             raise ProtocolError("invalid_value", "'output_modalities' must be ['audio'] or ['text']")
+        tools = options.get("tools")
+        tool_choice = options.get("tool_choice")
+        if tools is not None or tool_choice is not None:
+            _check_tools(tools if tools is not None else [], tool_choice if tool_choice is not None else "auto")
         stamp = self.gate.new_turn_stamp()
-        self._enqueue(ResponseRequest(stamp, wants_audio=modalities != ["text"], instructions=instructions))
+        request = ResponseRequest(
+            stamp, wants_audio=modalities != ["text"], instructions=instructions, tools=tools, tool_choice=tool_choice
+        )
+        self._enqueue(request)
 
     def cancel_response(self) -> None:
         """``response.cancel``: stop the response in progress (what was heard stays in history)."""

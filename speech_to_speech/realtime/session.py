@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import base64
 import binascii
+import contextlib
 import copy
 import logging
 import queue
@@ -275,10 +276,8 @@ class RealtimeSession:
         if threading.get_ident() == self._loop_thread:
             self._send_gated(gated)
         else:
-            try:
+            with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is gone, the client left
                 self.loop.call_soon_threadsafe(self._send_gated, gated)
-            except RuntimeError:  # the connection's loop is gone: the client left
-                pass
 
     def _send_gated(self, gated: tuple[dict[str, Any], Stamp | None]) -> None:
         event, stamp = gated

@@ -48,6 +48,8 @@ from speech_to_speech.prompts import (
     language_name,
 )
 from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
+from speech_to_speech.tools.parse import CodeBlockExtractor, extract_calls
+from speech_to_speech.tools.prompt import CODE_CLOSE, CODE_OPEN, build_tool_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,11 @@ class Usage:
 
 
 ProviderEvent = TextDelta | AssistantMessage | ToolCall | Usage
+
+
+def new_call_id() -> str:
+    """A fresh function-call id, so outputs pair with calls whatever the model or provider sent."""
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 class ProviderTimeout(Exception):
@@ -236,17 +243,32 @@ class BaseLLMHandler(BaseHandler):
     def cleanup(self) -> None:
         self.chat.close()
 
+    #: True when the backend passes tools to the model natively (providers);
+    #: False when tools are described in the system prompt (local models)
+    native_tools = True
+
     # -- requests ---------------------------------------------------------------------
-    def system_prompt(self, wants_audio: bool, language_code: str | None) -> str:
-        """The system prompt for a response (voice or text rules, language when auto)."""
+    def system_prompt(
+        self,
+        wants_audio: bool,
+        language_code: str | None,
+        instructions: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str = "auto",
+    ) -> str:
+        """The system prompt for a response: voice or text rules, the language when auto,
+        and for backends without native tools a tools block."""
         language = language_name(language_code) if self.config.language == "auto" else None
         build = build_voice_system_prompt if wants_audio else build_text_system_prompt
-        return build(self.config.system_prompt, "", language)
+        tools_block = ""
+        if not self.native_tools and tools and tool_choice != "none":
+            tools_block = build_tool_prompt(tools, voice=wants_audio)
+        return build(self.config.system_prompt if instructions is None else instructions, tools_block, language)
 
     def build_request(self, item: Transcript) -> LLMRequest:
         """The request answering ``item`` from the current history."""
         return LLMRequest(
-            system_prompt=self.system_prompt(item.wants_audio, item.language),
+            system_prompt=self.system_prompt(item.wants_audio, item.language, None, self.tools, self.tool_choice),
             items=self.chat.items(),
             tools=list(self.tools),
             tool_choice=self.tool_choice,
@@ -265,13 +287,13 @@ class BaseLLMHandler(BaseHandler):
                 yield EndOfResponse(item.stamp, error="cancelled")
                 return
             request = self.build_request(Transcript(item.stamp, "", wants_audio=item.wants_audio))
-            if item.instructions is not None:
-                build = build_voice_system_prompt if item.wants_audio else build_text_system_prompt
-                request.system_prompt = build(item.instructions, "", None)
             if item.tools is not None:
                 request.tools = list(item.tools)
             if item.tool_choice is not None:
                 request.tool_choice = item.tool_choice
+            request.system_prompt = self.system_prompt(
+                item.wants_audio, None, item.instructions, request.tools, request.tool_choice
+            )
             yield from self._generate(Transcript(item.stamp, "", wants_audio=item.wants_audio), request)
             return
         stamp = item.stamp
@@ -474,10 +496,16 @@ class BaseLLMHandler(BaseHandler):
 class LocalLLMHandler(BaseLLMHandler):
     """Base of in-process models (transformers, mlx-lm): they only stream text.
 
-    The request is turned into chat messages, cleaned for local chat templates
-    (see :func:`~speech_to_speech.prompts.clean_messages_for_local_model`) and
-    passed to :meth:`stream`.
+    The request is turned into chat messages that plain chat templates accept
+    (tool calls written back as ``<code>`` blocks, tool results as user
+    messages), cleaned (see :func:`~speech_to_speech.prompts.clean_messages_for_local_model`)
+    and passed to :meth:`stream`. Tools are described in the system prompt; the
+    model writes ``<code>name(arg="value")</code>`` blocks, which are parsed
+    (never evaluated) into :class:`ToolCall` events, while the text around them
+    is streamed as usual.
     """
+
+    native_tools = False
 
     def stream(
         self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
@@ -486,6 +514,46 @@ class LocalLLMHandler(BaseLLMHandler):
         raise NotImplementedError
 
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
-        messages = clean_messages_for_local_model(request.chat_messages())
-        for text in self.stream(messages, should_stop, request.max_output_tokens):
-            yield TextDelta(text)
+        messages = clean_messages_for_local_model(_plain_chat(request.chat_messages()))
+        deltas = self.stream(messages, should_stop, request.max_output_tokens)
+        tools = request.tools if request.tool_choice != "none" else []
+        if not tools:
+            for text in deltas:
+                yield TextDelta(text)
+            return
+        extractor = CodeBlockExtractor(text_mode=not request.wants_audio)
+        for text in deltas:
+            yield from self._tool_events(extractor.feed(text), tools)
+        yield from self._tool_events(extractor.flush(), tools)
+
+    @staticmethod
+    def _tool_events(parts: list[tuple[str, str]], tools: list[dict[str, Any]]) -> Iterator[ProviderEvent]:
+        for kind, value in extract_calls(parts, tools):
+            if kind == "text":
+                yield TextDelta(value)
+            else:
+                name, arguments = value
+                yield ToolCall(new_call_id(), name, arguments)
+
+
+def _plain_chat(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages without tool fields, for chat templates that know only user and assistant."""
+    plain = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = call.get("function", {})
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except json.JSONDecodeError:
+                    arguments = {}
+                args = ", ".join(f"{k}={v!r}" for k, v in arguments.items()) if isinstance(arguments, dict) else ""
+                calls.append(f"{CODE_OPEN}{function.get('name', '')}({args}){CODE_CLOSE}")
+            text = ((message.get("content") or "") + " " + " ".join(calls)).strip()
+            plain.append({"role": "assistant", "content": text})
+        elif message.get("role") == "tool":
+            plain.append({"role": "user", "content": f"[tool result] {message.get('content', '')}"})
+        else:
+            plain.append({"role": message["role"], "content": message.get("content") or ""})
+    return plain

@@ -7,6 +7,7 @@ streams text), driven through :meth:`BaseLLMHandler.process` without a thread.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +26,15 @@ from speech_to_speech.llm import (
     LocalLLMHandler,
     ProviderTimeout,
 )
-from speech_to_speech.messages import EndOfResponse, TextOutput, Transcript, TTSInput
+from speech_to_speech.messages import (
+    EndOfResponse,
+    FunctionOutput,
+    ResponseRequest,
+    TextOutput,
+    ToolCallRequest,
+    Transcript,
+    TTSInput,
+)
 from speech_to_speech.text import is_speakable
 
 
@@ -335,3 +344,48 @@ def test_stream_words_sends_whole_words_to_tts() -> None:
     words = texts(out)
     assert words == ["Hello", " there,", " my", " friend."]
     assert isinstance(out[-1], EndOfResponse) and out[-1].text == "Hello there, **my** friend."
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def test_local_tool_call_in_code_block_becomes_ordered_call() -> None:
+    llm, _ = make_llm(Script(["Let me check. <co", 'de>get_weather(city="Par', 'is")</code>']))
+    llm.tools = [WEATHER_TOOL]
+    out = ask(llm, "Weather in Paris?")
+    system = llm.scripts_seen[0][0]["content"]
+    assert "def get_weather(*, city: str)" in system and "<code>" in system
+    kinds = [type(m).__name__ for m in out]
+    assert kinds == ["TTSInput", "ToolCallRequest", "EndOfResponse"]
+    call = out[1]
+    assert isinstance(call, ToolCallRequest) and call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": "Paris"} and call.call_id.startswith("call_")
+    assert texts(out) == ["Let me check."]  # the code block is never spoken
+    stored = [i for i in llm.chat.items() if i["type"] == "function_call"]
+    assert stored and stored[0]["call_id"] == call.call_id
+
+
+def test_local_tool_result_is_fed_back_as_plain_messages() -> None:
+    llm, _ = make_llm(Script(['<code>get_weather(city="Oslo")</code>']), Script(["It is cold in Oslo."]))
+    llm.tools = [WEATHER_TOOL]
+    call = next(m for m in ask(llm, "Weather in Oslo?") if isinstance(m, ToolCallRequest))
+    list(llm.process(FunctionOutput(call.call_id, '{"temp_c": -3}')))
+    out = list(llm.process(ResponseRequest(llm.gate.new_turn_stamp())))
+    assert texts(out) == ["It is cold in Oslo."]
+    follow_up = llm.scripts_seen[1]
+    assert all(m["role"] in ("system", "user", "assistant") for m in follow_up)
+    joined = "\n".join(m["content"] for m in follow_up)
+    assert "<code>get_weather(city='Oslo')</code>" in joined and '[tool result] {"temp_c": -3}' in joined
+
+
+def test_unknown_local_tool_is_skipped_not_fatal() -> None:
+    llm, _ = make_llm(Script(["Sure. <code>launch_rockets(count=3)</code> Done."]))
+    llm.tools = [WEATHER_TOOL]
+    out = ask(llm, "Go")
+    assert not any(isinstance(m, ToolCallRequest) for m in out)
+    assert isinstance(out[-1], EndOfResponse) and out[-1].error is None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -33,6 +32,7 @@ from speech_to_speech.llm import (
     TextDelta,
     ToolCall,
     Usage,
+    new_call_id,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,11 +69,6 @@ def build_extra_body(base_url: str, reasoning_effort: str = "") -> dict[str, Any
     if reasoning_effort:
         return {"reasoning_effort": reasoning_effort}
     return {"chat_template_kwargs": {"enable_thinking": False}}
-
-
-def new_call_id() -> str:
-    """A fresh function-call id, so outputs pair with calls whatever the provider sent."""
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def to_chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

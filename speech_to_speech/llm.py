@@ -29,7 +29,7 @@ from typing import Any
 
 from speech_to_speech.cancel import Stamp
 from speech_to_speech.chat import Chat, to_chat_messages
-from speech_to_speech.events import AssistantText, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
+from speech_to_speech.events import AssistantText, Event, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import (
     EndOfResponse,
@@ -39,6 +39,12 @@ from speech_to_speech.messages import (
     ToolCallRequest,
     Transcript,
     TTSInput,
+)
+from speech_to_speech.prefetch import (
+    PREFETCH_STREAM_MAXSIZE,
+    PrefetchCoordinator,
+    PrefetchStream,
+    ResponsePrefetchTransaction,
 )
 from speech_to_speech.prompts import (
     INTERRUPTION_MARKER,
@@ -220,6 +226,11 @@ class BaseLLMHandler(BaseHandler):
         self.chat = Chat(size=config.history_turns, compactor=self._compact if config.compact_history else None)
         self.tools: list[dict[str, Any]] = []
         self.tool_choice = "auto"
+        #: speculative follow-ups to tool results (set by the realtime session)
+        self.prefetch: PrefetchCoordinator | None = None
+        self.default_wants_audio = True  # modality of responses nobody asked for yet (prefetch)
+        self._hidden: tuple[str, _HiddenResponse] | None = None
+        self._prefetch_lock = threading.Lock()
         self._history_lock = threading.Lock()  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
         self._responses: dict[int, list[str | None]] = {}  # turn id -> [response key, assistant item id]
@@ -281,6 +292,8 @@ class BaseLLMHandler(BaseHandler):
     def process(self, item: Any) -> Iterator[Any]:
         if isinstance(item, FunctionOutput):
             self.chat.append_tool_output(item.call_id, item.output)
+            if self.prefetch is not None and self._all_calls_answered():
+                self._prefetch()
             return
         if isinstance(item, ResponseRequest):
             if not self.gate.admits(item.stamp):
@@ -345,8 +358,12 @@ class BaseLLMHandler(BaseHandler):
     def _stale(self, stamp: Stamp) -> bool:
         return self.stop_event.is_set() or not self.gate.admits(stamp)
 
-    def _generate(self, item: Transcript, request: LLMRequest) -> Iterator[Any]:
+    def _generate(
+        self, item: Transcript, request: LLMRequest, txn: ResponsePrefetchTransaction | None = None
+    ) -> Iterator[Any]:
         st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio)
+        if txn is not None:
+            txn.on_rollback(lambda: self.chat.cancel_provisional_generation(st.key))
         with self._history_lock:
             self._responses[st.stamp.turn_id] = [st.key, None]
             while len(self._responses) > 4 * self.config.history_turns:
@@ -371,7 +388,7 @@ class BaseLLMHandler(BaseHandler):
         except Exception as exc:  # a failing provider must never end the session
             st.error = f"{type(exc).__name__}: {exc}"
             logger.exception("%s: generation failed", self.name)
-        yield from self._finish(st, sent)
+        yield from self._finish(st, sent, txn)
 
     def _consume(self, st: _ResponseState, events: Iterator[ProviderEvent], start: float) -> Iterator[Any]:
         streamer: SentenceStreamer | WordStreamer = (
@@ -439,7 +456,7 @@ class BaseLLMHandler(BaseHandler):
         self.bus.publish(event)
         yield ToolCallRequest(st.stamp, call.call_id, call.name, call.arguments)
 
-    def _finish(self, st: _ResponseState, sent: bool) -> Iterator[Any]:
+    def _finish(self, st: _ResponseState, sent: bool, txn: ResponsePrefetchTransaction | None = None) -> Iterator[Any]:
         text = (st.final_text if st.final_text is not None else "".join(st.deltas)).strip()
         stale = st.cancelled or self._stale(st.stamp)
         if not stale and st.error is not None and sent and not st.spoken:
@@ -453,12 +470,13 @@ class BaseLLMHandler(BaseHandler):
                     stored = self.chat.add_provisional_generation_items(st.key, assistant) if assistant else []
                     if stored is None:
                         raise RuntimeError("response was cancelled before it was written")
-                    self.chat.finalize_provisional_generation(st.key)
                     if stored and st.stamp.turn_id in self._responses:
                         self._responses[st.stamp.turn_id][1] = stored[0]["id"]
                 committed = True
-                self.chat.trim_if_needed()
-                self.chat.compact_audio_history(self.config.audio_history_turns)
+                if txn is None:
+                    self._commit(st.key)
+                else:  # a hidden follow-up: history becomes final only if a client claims it
+                    txn.complete(lambda: self._commit(st.key))
             except Exception as exc:
                 st.error = f"history: {exc}"
                 logger.exception("%s: history write failed", self.name)
@@ -476,6 +494,68 @@ class BaseLLMHandler(BaseHandler):
         usage = {"input_tokens": st.usage.input_tokens, "output_tokens": st.usage.output_tokens} if st.usage else {}
         yield EndOfResponse(st.stamp, text=text, error=st.error, usage=usage)
 
+    def _commit(self, key: str) -> None:
+        self.chat.finalize_provisional_generation(key)
+        self.chat.trim_if_needed()
+        self.chat.compact_audio_history(self.config.audio_history_turns)
+
+    # -- speculative follow-up (tool results) -----------------------------------------------
+    def _all_calls_answered(self) -> bool:
+        items = self.chat.items()
+        calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
+        outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+        return bool(calls) and calls <= outputs
+
+    def _prefetch(self) -> None:
+        """Generate the follow-up to tool results hidden, before the client asks for it.
+
+        Its events and outputs are held until a plain ``response.create`` claims it
+        (then they flow at once); a discard aborts the generation and rolls its
+        history back. Nothing reaches TTS before the claim.
+        """
+        assert self.prefetch is not None
+        with self._prefetch_lock:
+            if self.input_queue is not None and not self.input_queue.empty():
+                return  # more work is waiting (maybe the client's own response request)
+            stamp = self.gate.new_turn_stamp()
+            txn = self.prefetch.try_start(f"prefetch_{stamp.turn_id}", {})
+            if txn is None:
+                return
+            hidden = _HiddenResponse(self, txn)
+            self._hidden = (txn.key, hidden)
+        txn.register_abort(lambda: self.gate.turns.revise(stamp.turn_id))  # stale: generation stops
+        real_bus, self.bus = self.bus, hidden  # type: ignore[assignment]
+        try:
+            item = Transcript(stamp, "", wants_audio=self.default_wants_audio)
+            for out in self._generate(item, self.build_request(item), txn):
+                if txn.is_discarded or not hidden.put(out):
+                    break
+        finally:
+            self.bus = real_bus
+            hidden.stream.close()
+            self.prefetch.finished(txn)
+
+    def respond_or_claim(self, options: dict[str, Any] | None, enqueue: Callable[[], None]) -> bool:
+        """A client asked for a response: take the hidden follow-up if it is that response,
+        else discard it and call ``enqueue`` (which queues a normal response request).
+
+        Both happen under the prefetch lock, so a follow-up can never start while a
+        response request is on its way to this stage.
+
+        Returns:
+            True if a prefetched response was claimed (its output now flows).
+        """
+        with self._prefetch_lock:
+            if self.prefetch is not None and self._hidden is not None:
+                key, hidden = self._hidden
+                txn = self.prefetch.open_transaction
+                claimable = txn is not None and txn.key == key
+                if claimable and self.prefetch.take_for(options, deferred_cleanup=hidden.release) is not None:
+                    return True
+                self.prefetch.discard_open("response.create")
+            enqueue()
+            return False
+
     # -- history compaction -------------------------------------------------------------
     def _compact(self, items: list[dict[str, Any]]) -> tuple[str, str]:
         """Summarise ``items`` with this backend (runs in the Chat's compaction thread)."""
@@ -491,6 +571,46 @@ class BaseLLMHandler(BaseHandler):
         )
         summary = "".join(e.text for e in self.events(request, self.stop_event.is_set) if isinstance(e, TextDelta))
         return "(Our earlier conversation, summarised.)", summary.strip()
+
+
+class _HiddenResponse:
+    """Holds a prefetched response's events and outputs until it is claimed.
+
+    Stands in for the event bus during the hidden generation. Outputs go through
+    a bounded :class:`~speech_to_speech.prefetch.PrefetchStream`; on claim the
+    held events are replayed and a drain thread moves the outputs downstream.
+    """
+
+    def __init__(self, llm: BaseLLMHandler, txn: ResponsePrefetchTransaction) -> None:
+        self.llm = llm
+        self.real_bus = llm.bus
+        self.txn = txn
+        self.lock = threading.Lock()
+        self.events: list[Event] = []
+        self.released = False
+        self.stream = PrefetchStream(4 * PREFETCH_STREAM_MAXSIZE, lambda: txn.is_discarded or llm.stop_event.is_set())
+
+    def publish(self, event: Event) -> None:
+        with self.lock:
+            if not self.released:
+                self.events.append(event)
+                return
+        self.real_bus.publish(event)
+
+    def put(self, item: Any) -> bool:
+        return self.stream.put(item)
+
+    def release(self) -> None:
+        """Claimed: replay the held events, then stream the outputs downstream."""
+        with self.lock:
+            events, self.events, self.released = self.events, [], True
+        for event in events:
+            self.real_bus.publish(event)
+        threading.Thread(target=self._drain, name=f"{self.llm.name}:prefetch-drain", daemon=True).start()
+
+    def _drain(self) -> None:
+        for item in self.stream:
+            self.llm.emit(item)
 
 
 class LocalLLMHandler(BaseLLMHandler):

@@ -21,12 +21,14 @@ class ProtocolError(ValueError):
     Attributes:
         code: machine-readable reason (e.g. ``"unknown_event"``).
         message: what a person needs to fix it.
+        event_id: the offending client event's ``event_id``, when known.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, event_id: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.event_id = event_id
 
 
 def new_id(prefix: str) -> str:
@@ -57,7 +59,8 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise ProtocolError("invalid_event", "a client event must be a JSON object")
     if not isinstance(event.get("type"), str):
-        raise ProtocolError("invalid_event", "a client event needs a string 'type'")
+        event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        raise ProtocolError("invalid_event", "a client event needs a string 'type'", event_id)
     return event
 
 

@@ -108,7 +108,7 @@ class RealtimeServer:
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
             dispatch(session, event)
         except ProtocolError as exc:
-            session.emit(error_event(exc.code, exc.message, event_id))
+            session.emit(error_event(exc.code, exc.message, event_id or exc.event_id))
         except Exception as exc:  # a bug must not end the session
             logger.exception("session %s: event handling failed", session.id)
             session.emit(error_event("server_error", f"{type(exc).__name__}: {exc}", event_id, kind="server_error"))

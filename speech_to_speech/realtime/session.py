@@ -52,6 +52,7 @@ from speech_to_speech.messages import (
     Transcript,
 )
 from speech_to_speech.playback import Interrupt, PacedAudioSink
+from speech_to_speech.prefetch import PrefetchCoordinator
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.realtime.protocol import ProtocolError, error_event, new_id
 from speech_to_speech.registry import get_backend
@@ -238,6 +239,7 @@ class RealtimeSession:
         )
         self.tts = stage("tts", self.args.tts, q["tts"], q["out"])
         self.sink = ClientSink(input_queue=q["out"], session=self, name=f"{self.id}:sink", **common)
+        self.llm.prefetch = PrefetchCoordinator()
         self.stages: list[BaseHandler] = [self.vad, self.stt, self.llm, lm_output, self.tts, self.sink]
         self.bus.subscribe(self._on_event)
 
@@ -341,9 +343,11 @@ class RealtimeSession:
                 raise ProtocolError("invalid_value", "turn_detection.threshold must be in (0, 1)")
             turn_detection = {**(self.turn_detection or {}), "type": "server_vad", **turn_detection}
         voice = audio_out.get("voice", self.voice) if isinstance(audio_out, dict) else self.voice
+        self._discard_prefetch("session.update")
         with self.lock:
             self.instructions = instructions
             self.output_modalities = ["text"] if modalities == ["text"] else ["audio"]
+            self.llm.default_wants_audio = self.output_modalities == ["audio"]
             self.tools = copy.deepcopy(tools)
             self.tool_choice = tool_choice
             self.voice = str(voice)
@@ -412,6 +416,7 @@ class RealtimeSession:
         """``conversation.item.create``: user text or a function call output."""
         if not isinstance(item, dict):
             raise ProtocolError("invalid_value", "'item' must be an object")
+        self._discard_prefetch("conversation.item.create")
         kind = item.get("type")
         if kind == "function_call_output":
             call_id, output = item.get("call_id"), item.get("output")
@@ -490,7 +495,9 @@ class RealtimeSession:
         request = ResponseRequest(
             stamp, wants_audio=modalities != ["text"], instructions=instructions, tools=tools, tool_choice=tool_choice
         )
-        self._enqueue(request)
+        # a follow-up to tool results may already have been generated ahead; it is claimed
+        # by a plain response.create (only metadata may differ), else discarded
+        self.llm.respond_or_claim(options, lambda: self._enqueue(request))
 
     def cancel_response(self) -> None:
         """``response.cancel``: stop the response in progress (what was heard stays in history)."""
@@ -504,6 +511,10 @@ class RealtimeSession:
         """Barge-in or cancel: bump the generation, flush stale queued work, cut playback."""
         self.gate.scope.cancel()
         self._flush()
+
+    def _discard_prefetch(self, reason: str) -> None:
+        if self.llm.prefetch is not None:
+            self.llm.prefetch.discard_open(reason)
 
     def _flush(self) -> None:
         def stale(item: object) -> bool:
@@ -542,6 +553,7 @@ class RealtimeSession:
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, SpeechStarted):
+            self._discard_prefetch("speech started")
             self._flush()  # the VAD already bumped the generation (barge-in)
             item_id = self._user_item(event.turn_id)
             self.emit(
@@ -563,6 +575,7 @@ class RealtimeSession:
             self.emit({"type": "input_audio_buffer.committed", "previous_item_id": None, "item_id": item_id})
             self._emit_user_item(item_id, audio=True)
         elif isinstance(event, UserTranscript) and event.stt_ms is not None:
+            self._discard_prefetch("new transcription")
             item_id = self._user_item(event.turn_id)
             self.emit(
                 {
@@ -770,6 +783,7 @@ class RealtimeSession:
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         details = None
         if status == "failed":
+            self._discard_prefetch("response failed")
             details = {"type": "failed", "error": {"type": "server_error", "message": end.error}}
         elif status == "cancelled":
             details = {

@@ -12,6 +12,9 @@ Talk to the server live (microphone and speaker), or feed it a file and record i
     # text turns (each is sent after the previous response.done)
     python scripts/talk.py --text "Hello!" --text "Tell me a joke." --output_audio jokes.wav
 
+    # client-side tools: the module's TOOLS go in session.update, calls run here
+    python scripts/talk.py --text "What is 2 plus 3?" --tool-module scripts/sample_tools.py
+
 Modes:
 
 - **live** (no ``--input_audio`` and no ``--text``): the microphone is captured at 24 kHz mono
@@ -36,16 +39,30 @@ speaker would) or, without it, to the speaker when there is one. The client exit
 the input is over and the last ``response.done`` has arrived, or after ``--idle_timeout_s``
 seconds without any server event and no response in flight.
 
+Tools (``--tool-module MODULE``, a dotted module name importable from the current directory or
+a path to a ``.py`` file): the module exports ``TOOLS``, a list of flat function tools
+(``{"type": "function", "name", "description", "parameters"}``), and
+``async def execute_tool(name: str, arguments: dict) -> Any``. ``TOOLS`` is sent in
+``session.update`` with ``tool_choice`` "auto". For each ``response.function_call_arguments.done``
+the client parses the arguments (bad JSON gives an error output, not a crash), runs
+``execute_tool`` (an exception, or a run longer than ``--tool_timeout_s``, gives
+``{"error": "..."}``) and sends the result (a string as is, anything else as JSON) as a
+``function_call_output`` item. Once the response holding the calls is done and every call of it
+has its output, one plain ``response.create`` asks for the spoken follow-up (not when that
+response was cancelled or interrupted, or the user has spoken since).
+
 Console: user transcripts (``conversation.item.input_audio_transcription.completed``), the
 assistant transcript (streamed from ``response.output_audio_transcript.delta`` or
-``response.output_text.delta``), tool calls, ``error`` events (the client keeps going), and per turn
-the latency in ms from ``speech_stopped`` (or from the client's own ``response.create``) to the
-first audio delta. ``--transcript PATH`` writes every received server event as JSON Lines with a
-``t`` field (seconds since connecting) and base64 audio payloads replaced by their byte counts.
+``response.output_text.delta``), tool calls and their results, ``error`` events (the client
+keeps going), and per turn the latency in ms from ``speech_stopped`` (or from the client's own
+``response.create``) to the first audio delta. ``--transcript PATH`` writes every received server
+event as JSON Lines with a ``t`` field (seconds since connecting) and base64 audio payloads
+replaced by their byte counts.
 
 Exit status: 0 when done (or quit with Ctrl-C in live mode), 1 when the server cannot be reached
 or closes the connection early, a file cannot be read or written, or no audio device is usable,
-2 on bad flags, 130 on Ctrl-C in file or text mode.
+2 on bad flags (including a ``--tool-module`` that cannot be loaded), 130 on Ctrl-C in file or
+text mode.
 """
 
 from __future__ import annotations
@@ -54,13 +71,16 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import importlib
+import importlib.util
+import inspect
 import json
 import signal
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -88,6 +108,12 @@ SETTLE_S = 1.0
 DRAIN_TIMEOUT_S = 60.0
 #: largest server message accepted, in bytes
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: default seconds a tool may run before its output becomes a timeout error
+TOOL_TIMEOUT_S = 10.0
+#: follow-up responses in a row that may call tools again before the client stops asking
+MAX_TOOL_ROUNDS = 8
+#: characters of a tool result shown on the console
+TOOL_PRINT_CHARS = 300
 
 
 class AudioDeviceError(RuntimeError):
@@ -96,6 +122,10 @@ class AudioDeviceError(RuntimeError):
 
 class UsageError(Exception):
     """A file given on the command line cannot be read or written (message for the user)."""
+
+
+class ToolModuleError(Exception):
+    """The ``--tool-module`` cannot be imported or does not export valid TOOLS / execute_tool."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,11 +552,180 @@ class TranscriptLog:
 
 
 # ---------------------------------------------------------------------------------------------
+# client-side tools (--tool-module)
+
+
+@dataclass
+class ToolModule:
+    """A loaded ``--tool-module``: the tools announced to the server and the function running them."""
+
+    name: str
+    tools: list[dict[str, Any]]
+    execute: Callable[[str, dict[str, Any]], Any]
+
+
+def _import_tool_module(spec: str) -> ModuleType:
+    """Import ``spec``: a ``.py`` file path, or a dotted module name importable from the current directory."""
+    path = Path(spec)
+    if spec.endswith(".py") or "/" in spec or "\\" in spec:
+        if not path.is_file():
+            raise ToolModuleError(f"no such file: {spec}")
+        name = f"_talk_tools_{abs(hash(str(path.resolve())))}_{path.stem}"
+        file_spec = importlib.util.spec_from_file_location(name, path)
+        if file_spec is None or file_spec.loader is None:
+            raise ToolModuleError(f"cannot import {spec}")
+        module = importlib.util.module_from_spec(file_spec)
+        sys.modules[name] = module  # dataclasses, pickling and friends look the module up by name
+        try:
+            file_spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return module
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return importlib.import_module(spec)
+
+
+def validate_tools(tools: Any) -> list[dict[str, Any]]:
+    """Check that ``tools`` is a list of flat function tools with unique names; return a copy.
+
+    Raises:
+        ToolModuleError: with what is wrong (the nested Chat Completions form gets a hint).
+    """
+    if not isinstance(tools, (list, tuple)):
+        raise ToolModuleError(f"TOOLS must be a list of function tools, not {type(tools).__name__}")
+    seen: set[str] = set()
+    checked: list[dict[str, Any]] = []
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ToolModuleError(f"TOOLS[{index}] must be a dict, not {type(tool).__name__}")
+        if "function" in tool and "name" not in tool:
+            raise ToolModuleError(
+                f"TOOLS[{index}] uses the nested Chat Completions form; the Realtime form is flat: "
+                '{"type": "function", "name": ..., "description": ..., "parameters": {...}}'
+            )
+        name = tool.get("name")
+        if tool.get("type") != "function" or not isinstance(name, str) or not name:
+            raise ToolModuleError(f'TOOLS[{index}] must have "type": "function" and a non-empty string "name"')
+        if "parameters" in tool and not isinstance(tool["parameters"], dict):
+            raise ToolModuleError(f"TOOLS[{index}] ({name}): 'parameters' must be a JSON Schema object")
+        if name in seen:
+            raise ToolModuleError(f"TOOLS has two tools named {name!r}")
+        seen.add(name)
+        checked.append(dict(tool))
+    return checked
+
+
+def load_tool_module(spec: str) -> ToolModule:
+    """Load a ``--tool-module`` (dotted name or ``.py`` path) and check its ``TOOLS`` and ``execute_tool``.
+
+    Raises:
+        ToolModuleError: the module cannot be imported (any error while importing it) or its
+            exports are missing or malformed.
+    """
+    try:
+        module = _import_tool_module(spec)
+    except ToolModuleError:
+        raise
+    except Exception as exc:  # ImportError, SyntaxError, or whatever the module raises at import
+        raise ToolModuleError(f"cannot import {spec}: {exc!r}") from exc
+    if not hasattr(module, "TOOLS"):
+        raise ToolModuleError(f"{spec} does not export TOOLS")
+    execute = getattr(module, "execute_tool", None)
+    if not callable(execute):
+        raise ToolModuleError(f"{spec} does not export a callable execute_tool(name, arguments)")
+    return ToolModule(name=spec, tools=validate_tools(module.TOOLS), execute=execute)
+
+
+def _error_output(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)
+
+
+def format_tool_result(result: Any) -> str:
+    """The ``function_call_output`` string for a tool result: a string as is, anything else as JSON."""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, ensure_ascii=False, default=str)
+    except (TypeError, ValueError) as exc:  # e.g. circular references
+        return _error_output(f"tool result is not JSON-serializable: {exc}")
+
+
+def run_in_daemon_thread(func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """Run ``func(*args)`` in a new daemon thread; its result or exception resolves the returned future.
+
+    Unlike ``asyncio.to_thread`` (the loop's default executor, which ``asyncio.run`` waits for on
+    exit), a call that never returns cannot keep the client from exiting after a timeout.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # cancelled (timed out) meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        try:
+            result, error = func(*args), None
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name="talk-tool", daemon=True).start()
+    return future
+
+
+async def call_tool(tools: ToolModule, name: str, arguments: str, timeout_s: float) -> str:
+    """Run one call and return its output string; never raises (errors become ``{"error": ...}``).
+
+    ``arguments`` is the JSON text from the server (empty means ``{}``); it must decode to an
+    object. A synchronous ``execute_tool`` runs in a daemon thread.
+    """
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError as exc:
+        return _error_output(f"invalid JSON arguments for {name}: {exc}")
+    if not isinstance(parsed, dict):
+        return _error_output(f"arguments for {name} must be a JSON object, not {type(parsed).__name__}")
+    try:
+        if inspect.iscoroutinefunction(tools.execute):
+            pending: Awaitable[Any] = tools.execute(name, parsed)
+        else:
+            pending = run_in_daemon_thread(tools.execute, name, parsed)
+        result = await asyncio.wait_for(pending, timeout_s)
+        if inspect.isawaitable(result):  # a sync function returning an awaitable
+            result = await asyncio.wait_for(result, timeout_s)
+    except asyncio.TimeoutError:
+        return _error_output(f"tool {name} timed out after {timeout_s:g} s")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return _error_output(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    return format_tool_result(result)
+
+
+@dataclass
+class _ToolRound:
+    """The tool calls of one response: outputs still being computed, and whether a follow-up is due."""
+
+    pending: set[str]
+    done: bool = False  # response.done arrived
+    follow_up: bool = False  # the response completed for the current turn: ask for the follow-up
+
+
+# ---------------------------------------------------------------------------------------------
 # protocol client
 
 
-def build_session_update(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``session.update`` event for the command-line options."""
+def build_session_update(args: argparse.Namespace, tools: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The ``session.update`` event for the command-line options (with ``tools``, tool_choice "auto")."""
     audio_in: dict[str, Any] = {
         "format": {"type": "audio/pcm", "rate": SAMPLE_RATE},
         "turn_detection": None if args.no_vad else {"type": "server_vad", "interrupt_response": True},
@@ -543,6 +742,9 @@ def build_session_update(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.instructions:
         session["instructions"] = args.instructions
+    if tools:
+        session["tools"] = [dict(tool) for tool in tools]
+        session["tool_choice"] = "auto"
     return {"type": "session.update", "session": session}
 
 
@@ -551,7 +753,12 @@ class RealtimeClient:
 
     Turn bookkeeping: ``awaiting_reply`` is set when the user starts speaking (server VAD) or the
     client sends ``response.create``, and cleared by the ``response.done`` of a response created
-    after the latest ``speech_started``, once the user has stopped speaking.
+    after the latest ``speech_started``, once the user has stopped speaking (unless that response
+    called tools of ``tools``: then the follow-up ``response.create`` keeps it set).
+
+    With ``tools``, each function call runs in its own task (at most ``tool_timeout_s`` seconds)
+    and its output is sent as soon as it is ready; the follow-up ``response.create`` goes out
+    once the calling response is done and all of its calls have their outputs.
     """
 
     def __init__(
@@ -563,6 +770,8 @@ class RealtimeClient:
         *,
         exact_timeline: bool = False,
         verbose: bool = False,
+        tools: ToolModule | None = None,
+        tool_timeout_s: float = TOOL_TIMEOUT_S,
     ) -> None:
         self.ws = ws
         self.sink = sink
@@ -582,6 +791,13 @@ class RealtimeClient:
         self.interrupted_responses: set[str] = set()
         self.interrupted_items: set[str] = set()
         self.tool_names: dict[str, str] = {}
+        self.tools = tools
+        self.tool_timeout_s = tool_timeout_s
+        self._tool_rounds: dict[str, _ToolRound] = {}  # response id -> its calls
+        self._tool_tasks: set[asyncio.Task[None]] = set()
+        self._seen_calls: set[str] = set()
+        self.follow_ups = 0  # follow-up responses asked for since the user's last turn
+        self.last_response_id = ""
         self.turn_end: tuple[float, str, float | None] | None = None  # (monotonic s, label, audio_end_ms)
         self.latencies_ms: list[float] = []
         self.responses_done = 0
@@ -606,6 +822,11 @@ class RealtimeClient:
             "response.done": self._on_response_done,
         }
 
+    @property
+    def busy(self) -> bool:
+        """A response is in flight or a tool is still running."""
+        return bool(self.in_flight or self._tool_tasks)
+
     # -- sending -------------------------------------------------------------------------------
 
     async def send(self, event: dict[str, Any]) -> None:
@@ -623,6 +844,7 @@ class RealtimeClient:
 
     def _expect_reply(self, label: str) -> None:
         self.awaiting_reply = True
+        self.follow_ups = 0
         self.turn_end = (time.monotonic(), label, None)
 
     async def commit_and_respond(self) -> None:
@@ -708,6 +930,7 @@ class RealtimeClient:
     async def _on_speech_started(self, event: dict[str, Any]) -> None:
         self.user_speaking = True
         self.speech_generation += 1
+        self.follow_ups = 0
         self.awaiting_reply = True
         self.turn_end = None
         await self.barge_in()
@@ -727,6 +950,7 @@ class RealtimeClient:
     def _on_response_created(self, event: dict[str, Any]) -> None:
         response_id = str((event.get("response") or {}).get("id", ""))
         self.in_flight.add(response_id)
+        self.last_response_id = response_id
         self.response_generation[response_id] = self.speech_generation
 
     def _on_output_item(self, event: dict[str, Any]) -> None:
@@ -771,10 +995,66 @@ class RealtimeClient:
         self.console.finish(key, "assistant", event.get("transcript") or event.get("text"))
 
     def _on_function_call(self, event: dict[str, Any]) -> None:
-        name = event.get("name") or self.tool_names.get(str(event.get("item_id")), "?")
-        self.console.line(f"[tool] {name}({event.get('arguments', '')}) call_id={event.get('call_id')}")
+        name = str(event.get("name") or self.tool_names.get(str(event.get("item_id")), "?"))
+        arguments = event.get("arguments", "")
+        call_id = event.get("call_id")
+        self.console.line(f"[tool] {name}({arguments}) call_id={call_id}")
+        if self.tools is None:
+            return
+        if not isinstance(call_id, str) or not call_id:
+            self.console.line(f"[warning] tool call {name} has no call_id: not run")
+            return
+        if call_id in self._seen_calls:
+            return  # the same call announced twice
+        self._seen_calls.add(call_id)
+        response_id = str(event.get("response_id") or self.last_response_id)
+        self._tool_rounds.setdefault(response_id, _ToolRound(pending=set())).pending.add(call_id)
+        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        task = asyncio.create_task(self._run_tool_call(response_id, call_id, name, arguments))
+        self._tool_tasks.add(task)
+        task.add_done_callback(self._tool_tasks.discard)
 
-    def _on_response_done(self, event: dict[str, Any]) -> None:
+    async def _run_tool_call(self, response_id: str, call_id: str, name: str, arguments: str) -> None:
+        """Run one call, print and send its output, then ask for the follow-up if it is due."""
+        assert self.tools is not None
+        output = await call_tool(self.tools, name, arguments, self.tool_timeout_s)
+        shown = output if len(output) <= TOOL_PRINT_CHARS else output[:TOOL_PRINT_CHARS] + "…"
+        self.console.line(f"[tool] {name} → {shown}")
+        item = {"type": "function_call_output", "call_id": call_id, "output": output}
+        await self.send({"type": "conversation.item.create", "item": item})
+        tool_round = self._tool_rounds.get(response_id)
+        if tool_round is not None:
+            tool_round.pending.discard(call_id)
+        await self._maybe_follow_up(response_id)
+
+    async def _maybe_follow_up(self, response_id: str) -> None:
+        """Send ``response.create`` once ``response_id`` is done and all its calls have outputs."""
+        tool_round = self._tool_rounds.get(response_id)
+        if tool_round is None or not tool_round.done or tool_round.pending:
+            return
+        del self._tool_rounds[response_id]
+        if not tool_round.follow_up:
+            return
+        current = self.response_generation.get(response_id, self.speech_generation) == self.speech_generation
+        if not current or self.user_speaking or self.in_flight:
+            self.console.line("[tool] no follow-up: the conversation has moved on")
+            return
+        if self.follow_ups >= MAX_TOOL_ROUNDS:
+            self.console.line(f"[tool] no follow-up: {MAX_TOOL_ROUNDS} tool rounds in a row")
+            self.awaiting_reply = False
+            return
+        self.follow_ups += 1
+        self.awaiting_reply = True
+        await self.send({"type": "response.create"})
+
+    async def close_tools(self) -> None:
+        """Cancel tool calls still running (the conversation is over)."""
+        tasks = list(self._tool_tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _on_response_done(self, event: dict[str, Any]) -> None:
         response = event.get("response") or {}
         response_id = str(response.get("id", ""))
         self.in_flight.discard(response_id)
@@ -787,8 +1067,13 @@ class RealtimeClient:
             reason = details.get("reason") or (details.get("error") or {}).get("message") or ""
             self.console.line(f"[response {status}{': ' + reason if reason else ''}]")
         current = self.response_generation.get(response_id, self.speech_generation) == self.speech_generation
-        if current and not self.user_speaking:
+        tool_round = self._tool_rounds.get(response_id)
+        if tool_round is not None:
+            tool_round.done = True
+            tool_round.follow_up = status == "completed" and current and response_id not in self.interrupted_responses
+        if current and not self.user_speaking and not (tool_round is not None and tool_round.follow_up):
             self.awaiting_reply = False
+        await self._maybe_follow_up(response_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -897,14 +1182,15 @@ async def push_to_talk(client: RealtimeClient) -> None:
 
 
 async def wait_for_reply(client: RealtimeClient, idle_timeout_s: float, settle_s: float = 0.0) -> bool:
-    """Wait until no reply is awaited, no response is in flight and the server was quiet ``settle_s`` s.
+    """Wait until no reply is awaited, nothing is busy and the server was quiet ``settle_s`` s.
 
-    Returns False instead when, with no response in flight, nothing came from the server for
-    ``idle_timeout_s`` seconds (counted from the call at the earliest).
+    Busy: a response in flight or a tool running. Returns False instead when, while not busy,
+    nothing came from the server for ``idle_timeout_s`` seconds (counted from the call at the
+    earliest).
     """
     since = time.monotonic()
     while True:
-        if not client.in_flight:
+        if not client.busy:
             quiet_s = time.monotonic() - max(client.last_event_t, since)
             if not client.awaiting_reply and quiet_s >= settle_s:
                 return True
@@ -969,6 +1255,7 @@ class Session:
     source: FileSource | MicSource | None
     sink: AudioSink
     live: bool
+    tools: ToolModule | None = None
 
 
 def prepare(args: argparse.Namespace, console: Console) -> Session:
@@ -1024,6 +1311,14 @@ def install_stop_handler(stop: asyncio.Event) -> Callable[[], None]:
 async def run(args: argparse.Namespace) -> int:
     """Open input, output and transcript, connect, converse, clean up; return the exit status."""
     console = Console()
+    tools: ToolModule | None = None
+    if args.tool_module:
+        try:
+            tools = load_tool_module(args.tool_module)
+        except ToolModuleError as exc:
+            print(f"talk.py: --tool-module {args.tool_module}: {exc}", file=sys.stderr)
+            return 2
+        console.line(f"[tools] {args.tool_module}: {', '.join(tool['name'] for tool in tools.tools) or '(none)'}")
     try:
         log = TranscriptLog(args.transcript, time.monotonic())
     except OSError as exc:
@@ -1041,6 +1336,7 @@ async def run(args: argparse.Namespace) -> int:
         except UsageError as exc:
             print(f"talk.py: {exc}", file=sys.stderr)
             return 1
+        session.tools = tools
         try:
             return await connect_and_converse(args, session, console, log)
         finally:
@@ -1084,10 +1380,12 @@ async def converse(
         log,
         exact_timeline=isinstance(session.source, FileSource),
         verbose=args.verbose,
+        tools=session.tools,
+        tool_timeout_s=args.tool_timeout_s,
     )
     console.line(f"[connected] {args.url}" + (" (Ctrl-C to quit)" if session.live else ""))
     receiver = asyncio.create_task(client.receive_loop())
-    await client.send(build_session_update(args))
+    await client.send(build_session_update(args, session.tools.tools if session.tools is not None else None))
     ready = asyncio.create_task(client.session_ready.wait())
     await asyncio.wait({ready, receiver}, timeout=SESSION_READY_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
     if not ready.done():
@@ -1130,6 +1428,7 @@ async def converse(
     if isinstance(results[0], Exception):  # the input task failed (file send, microphone)
         console.line(f"[error] input failed: {results[0]!r}")
         status = 1
+    await client.close_tools()
     await ws.close()
     await asyncio.gather(receiver, return_exceptions=True)
     if client.latencies_ms:
@@ -1171,10 +1470,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--transcription_model", help="request input transcription with this model (e.g. whisper-1)")
     parser.add_argument("--input_device", help="microphone: sounddevice index or name substring")
     parser.add_argument("--output_device", help="speaker: sounddevice index or name substring")
+    parser.add_argument(
+        "--tool-module",
+        "--tool_module",
+        dest="tool_module",
+        metavar="MODULE",
+        help="client-side tools: a dotted module name (importable from the current directory) or a .py path "
+        "exporting TOOLS and async execute_tool(name, arguments)",
+    )
+    parser.add_argument(
+        "--tool_timeout_s",
+        type=float,
+        default=TOOL_TIMEOUT_S,
+        help=f"seconds a tool call may run before its output is a timeout error (default {TOOL_TIMEOUT_S:g})",
+    )
     parser.add_argument("--verbose", action="store_true", help="print the type of every server event")
     args = parser.parse_args(argv)
     if args.idle_timeout_s <= 0:
         parser.error("--idle_timeout_s must be positive")
+    if args.tool_timeout_s <= 0:
+        parser.error("--tool_timeout_s must be positive")
     return args
 
 

@@ -181,6 +181,7 @@ class BaseVADHandler(BaseHandler):
         self._stamp: Stamp | None = None
         self._last: tuple[Stamp, np.ndarray, int] | None = None  # last segment: stamp, audio, end offset
         self._prefix = np.zeros(0, dtype=np.float32)
+        self._last_time = 0.0
         #: answer each endpointed turn (False: only transcribe it; the client asks for responses)
         self.create_response = True
 
@@ -222,7 +223,9 @@ class BaseVADHandler(BaseHandler):
         if self.config.interrupt_response:
             self.gate.scope.cancel()  # barge-in: whatever is in flight is stale from now on
         grace = self.config.turn_grace_ms * SAMPLE_RATE // 1000
-        if self._last is not None and self.endpointer.offset - self._last[2] <= grace:
+        recent = self._last is not None and time.monotonic() - self._last_time <= self.config.turn_grace_ms / 1000
+        # both the audio and the wall clock must agree the pause was short (a client may stop sending)
+        if self._last is not None and recent and self.endpointer.offset - self._last[2] <= grace:
             previous, audio, _ = self._last
             self._stamp = self.gate.stamp(previous.turn_id, self.gate.turns.revise(previous.turn_id))
             self._prefix = audio
@@ -242,6 +245,7 @@ class BaseVADHandler(BaseHandler):
         self._stamp, self._prefix = None, np.zeros(0, dtype=np.float32)
         self._last = (stamp, samples, self.endpointer.offset)
         now = time.monotonic()
+        self._last_time = now
         delay_ms = (now - self._speech_end_time) * 1000 if self._speech_end_time else 0.0
         duration_ms = 1000 * len(samples) / SAMPLE_RATE
         self.bus.publish(SpeechStopped(stamp.turn_id, duration_ms=duration_ms, endpoint_delay_ms=delay_ms))

@@ -245,6 +245,8 @@ def test_barge_in_cuts_the_reply_to_what_was_heard(tmp_path: Path) -> None:
     speech_started = barge_in[0].time
 
     # the reply was interrupted and stopped at once
+    ended = log.of(ResponseDone, 1)
+    assert ended and ended[0].time >= speech_started, "turn 1's reply ended before the user barged in"
     interrupted = log.of(ResponseInterrupted, 1)
     assert len(interrupted) == 1, log.of(ResponseInterrupted)
     turn1 = [t for t, stamp in deliveries if stamp.turn_id == 1]

@@ -197,6 +197,7 @@ class PacedAudioSink(BaseHandler):
         stale = [e for e in dropped if e[0] == "audio"]
         for entry in dropped:  # a cut reply ends now, not when its dropped audio would have ended
             if entry[0] == "end":
+                entry[1].error = entry[1].error or "cancelled"
                 self.schedule.put(time.monotonic(), entry)
         with self._lock:
             played = [p for p in self._played if not self.gate.admits(p.stamp)]

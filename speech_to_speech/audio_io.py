@@ -214,18 +214,23 @@ def _import_sounddevice() -> Any:
     return sd
 
 
+def _check_device(kind: str, sample_rate: int) -> Any:
+    sd = _import_sounddevice()
+    check = sd.check_input_settings if kind == "input" else sd.check_output_settings
+    try:
+        check(samplerate=sample_rate, channels=1, dtype="float32")
+    except Exception as exc:
+        raise AudioDeviceError(f"no usable {'microphone' if kind == 'input' else 'speaker'} ({exc})") from None
+    return sd
+
+
 def check_input_device(sample_rate: int = SAMPLE_RATE) -> Any:
     """Return the sounddevice module if a default microphone takes mono float32 at ``sample_rate``.
 
     Raises:
         AudioDeviceError: no PortAudio, no input device, or unsupported settings.
     """
-    sd = _import_sounddevice()
-    try:
-        sd.check_input_settings(samplerate=sample_rate, channels=1, dtype="float32")
-    except Exception as exc:
-        raise AudioDeviceError(f"no usable microphone ({exc})") from None
-    return sd
+    return _check_device("input", sample_rate)
 
 
 def check_output_device(sample_rate: int) -> Any:
@@ -234,12 +239,7 @@ def check_output_device(sample_rate: int) -> Any:
     Raises:
         AudioDeviceError: no PortAudio, no output device, or unsupported settings.
     """
-    sd = _import_sounddevice()
-    try:
-        sd.check_output_settings(samplerate=sample_rate, channels=1, dtype="float32")
-    except Exception as exc:
-        raise AudioDeviceError(f"no usable speaker ({exc})") from None
-    return sd
+    return _check_device("output", sample_rate)
 
 
 class FileSink(PacedAudioSink):

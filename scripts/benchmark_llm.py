@@ -552,12 +552,11 @@ def benchmark(args: argparse.Namespace, backend: str) -> BackendResult:
     if backend == "responses-api":
         return BackendResult(backend, error="skipped: needs --base_url of a /v1/responses endpoint")
     server = LlamaServer(args.server_threads)
-    try:
-        server.start()
-    except Exception as exc:
-        server.stop()
-        return BackendResult(backend, error=f"server failed: {one_line(exc, 200)}")
-    try:
+    try:  # the server is stopped whatever happens, Ctrl-C included
+        try:
+            server.start()
+        except Exception as exc:
+            return BackendResult(backend, error=f"server failed: {one_line(exc, 200)}")
         spec.base_url = server.base_url
         spec.model_name = SERVER_ALIAS
         spec.tokenizer_file = spec.tokenizer_file or embedded_tokenizer_file()

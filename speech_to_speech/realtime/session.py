@@ -84,11 +84,13 @@ class _Response:
     item_id: str
     modalities: list[str]
     started: bool = False  # output item announced
+    message_index: int = 0  # the message's output_index (its slot in ``outputs`` from its announcement)
     transcript: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     spoken: list[tuple[float, str]] = field(default_factory=list)  # (audio ms, words) as sent
     audio_ms: float = 0.0
+    client_cancelled: bool = False  # ended by response.cancel (else by the user speaking)
 
 
 def pcm16_to_float(data: bytes) -> np.ndarray:
@@ -197,6 +199,7 @@ class RealtimeSession:
         self._buffered = 0
         self._offset = 0
         self._user_items: dict[int, str] = {}
+        self._input_audio_s: dict[int, float] = {}  # per turn: seconds of audio sent to STT
         self._responses: dict[int, _Response] = {}
         self._assistant_items: dict[str, _Response] = {}
         self._active: _Response | None = None
@@ -317,7 +320,7 @@ class RealtimeSession:
         modalities = session.get("output_modalities", self.output_modalities)
         tools = session.get("tools", self.tools)
         tool_choice = session.get("tool_choice", self.tool_choice)
-        audio = session.get("audio") or {}
+        audio = {} if session.get("audio") is None else session["audio"]
         if not isinstance(instructions, str):
             raise ProtocolError("invalid_value", "'instructions' must be a string")
         if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"audio", "text"}:
@@ -325,7 +328,9 @@ class RealtimeSession:
         _check_tools(tools, tool_choice)
         if not isinstance(audio, dict):
             raise ProtocolError("invalid_value", "'audio' must be an object")
-        audio_in, audio_out = audio.get("input") or {}, audio.get("output") or {}
+        audio_in, audio_out = ({} if audio.get(k) is None else audio[k] for k in ("input", "output"))
+        if not isinstance(audio_in, dict) or not isinstance(audio_out, dict):
+            raise ProtocolError("invalid_value", "'audio.input' and 'audio.output' must be objects")
         for part in (audio_in, audio_out):
             fmt = part.get("format") if isinstance(part, dict) else None
             if fmt is not None and (
@@ -399,6 +404,7 @@ class RealtimeSession:
         samples = np.concatenate(self._buffer)
         self._buffer, self._buffered = [], 0
         stamp = self.gate.new_turn_stamp()
+        self._input_audio_s[stamp.turn_id] = len(samples) / SAMPLE_RATE
         item_id = self._user_item(stamp.turn_id)
         self.emit({"type": "input_audio_buffer.committed", "previous_item_id": None, "item_id": item_id})
         self._emit_user_item(item_id, audio=True)
@@ -475,7 +481,7 @@ class RealtimeSession:
     # -- responses ------------------------------------------------------------------------------
     def create_response(self, options: dict[str, Any] | None) -> None:
         """``response.create``: answer from the conversation as it is."""
-        options = options or {}
+        options = {} if options is None else options
         if not isinstance(options, dict):
             raise ProtocolError("invalid_value", "'response' must be an object")
         with self.lock:
@@ -505,6 +511,7 @@ class RealtimeSession:
             active = self._active
         if active is None:
             raise ProtocolError("response_cancel_not_active", "no response is in progress")
+        active.client_cancelled = True
         self.interrupt()
 
     def interrupt(self) -> None:
@@ -565,6 +572,7 @@ class RealtimeSession:
             )
         elif isinstance(event, SpeechStopped):
             item_id = self._user_item(event.turn_id)
+            self._input_audio_s[event.turn_id] = event.duration_ms / 1000
             self.emit(
                 {
                     "type": "input_audio_buffer.speech_stopped",
@@ -591,6 +599,7 @@ class RealtimeSession:
                     "item_id": item_id,
                     "content_index": 0,
                     "transcript": event.text,
+                    "usage": {"type": "duration", "seconds": round(self._input_audio_s.pop(event.turn_id, 0.0), 3)},
                 }
             )
         elif isinstance(event, ResponseStarted):
@@ -628,7 +637,10 @@ class RealtimeSession:
         audio = response.modalities != ["text"]
         part = {"type": "audio", "transcript": ""} if audio else {"type": "text", "text": ""}
         item = {"id": response.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
-        base = {"response_id": response.id, "output_index": len(response.outputs)}
+        with self.lock:  # the message takes the next output slot now; a tool call announced later, the next
+            response.message_index = len(response.outputs)
+            response.outputs.append(item)
+        base = {"response_id": response.id, "output_index": response.message_index}
         self.emit({"type": "response.output_item.added", **base, "item": item})
         self.emit(
             {
@@ -657,8 +669,9 @@ class RealtimeSession:
             "name": event.name,
             "arguments": event.arguments,
         }
-        base = {"response_id": response.id, "output_index": len(response.outputs)}
-        response.outputs.append(item)
+        with self.lock:  # the sink may be announcing the message at the same time
+            base = {"response_id": response.id, "output_index": len(response.outputs)}
+            response.outputs.append(item)
         self.emit(
             {"type": "response.output_item.added", **base, "item": {**item, "status": "in_progress", "arguments": ""}}
         )
@@ -683,7 +696,7 @@ class RealtimeSession:
         base = {
             "response_id": response.id,
             "item_id": response.item_id,
-            "output_index": len(response.outputs),
+            "output_index": response.message_index,
             "content_index": 0,
         }
         self.emit(
@@ -710,7 +723,7 @@ class RealtimeSession:
         base = {
             "response_id": response.id,
             "item_id": response.item_id,
-            "output_index": len(response.outputs),
+            "output_index": response.message_index,
             "content_index": 0,
         }
         self.emit({"type": "response.output_text.delta", **base, "delta": item.text}, item.stamp)
@@ -724,11 +737,11 @@ class RealtimeSession:
         if response is None:
             return
         status = "completed"
-        if end.error == "cancelled" or end.cleanup_only:
-            status = "cancelled"
+        if end.error == "cancelled" or end.cleanup_only or not self.gate.admits(end.stamp):
+            status = "cancelled"  # also a reply fully generated, then cut while it played
         elif end.error is not None:
             status = "failed"
-        base = {"response_id": response.id, "output_index": len(response.outputs)}
+        base = {"response_id": response.id, "output_index": response.message_index}
         if response.started:
             audio = response.modalities != ["text"]
             if audio:
@@ -775,7 +788,7 @@ class RealtimeSession:
                 }
             )
             self.emit({"type": "response.output_item.done", **base, "item": item})
-            response.outputs.append(item)
+            response.outputs[response.message_index] = item
         usage = {
             "input_tokens": end.usage.get("input_tokens", 0),
             "output_tokens": end.usage.get("output_tokens", 0),
@@ -788,7 +801,7 @@ class RealtimeSession:
         elif status == "cancelled":
             details = {
                 "type": "cancelled",
-                "reason": "turn_detected" if end.error == "cancelled" else "client_cancelled",
+                "reason": "client_cancelled" if response.client_cancelled else "turn_detected",
             }
         self.emit(
             {

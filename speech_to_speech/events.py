@@ -36,9 +36,14 @@ class Event:
 
 @dataclass
 class SpeechStarted(Event):
-    """The VAD detected the start of user speech (``revision`` > 0: a reopened turn)."""
+    """The VAD detected the start of user speech (``revision`` > 0: a reopened turn).
+
+    Attributes:
+        audio_ms: where speech starts in the input stream, ms since the stream began.
+    """
 
     revision: int = 0
+    audio_ms: float = 0.0
 
 
 @dataclass
@@ -48,10 +53,12 @@ class SpeechStopped(Event):
     Attributes:
         duration_ms: length of the segment sent to STT, ms.
         endpoint_delay_ms: time from the end of speech to the endpoint decision, ms.
+        audio_ms: where speech ended in the input stream, ms since the stream began.
     """
 
     duration_ms: float = 0.0
     endpoint_delay_ms: float = 0.0
+    audio_ms: float = 0.0
 
 
 @dataclass

@@ -232,7 +232,8 @@ class BaseVADHandler(BaseHandler):
         else:
             self._stamp = self.gate.new_turn_stamp()
             self._prefix = np.zeros(0, dtype=np.float32)
-        self.bus.publish(SpeechStarted(self._stamp.turn_id, revision=self._stamp.revision))
+        start_ms = 1000 * max(0, self.endpointer.offset - CHUNK_SAMPLES) / SAMPLE_RATE
+        self.bus.publish(SpeechStarted(self._stamp.turn_id, revision=self._stamp.revision, audio_ms=start_ms))
 
     def on_end_of_stream(self) -> Iterator[SpeechSegment]:
         result = self.endpointer.flush()
@@ -248,7 +249,10 @@ class BaseVADHandler(BaseHandler):
         self._last_time = now
         delay_ms = (now - self._speech_end_time) * 1000 if self._speech_end_time else 0.0
         duration_ms = 1000 * len(samples) / SAMPLE_RATE
-        self.bus.publish(SpeechStopped(stamp.turn_id, duration_ms=duration_ms, endpoint_delay_ms=delay_ms))
+        end_ms = 1000 * endpoint.speech_end_offset / SAMPLE_RATE
+        self.bus.publish(
+            SpeechStopped(stamp.turn_id, duration_ms=duration_ms, endpoint_delay_ms=delay_ms, audio_ms=end_ms)
+        )
         yield SpeechSegment(
             stamp=stamp,
             samples=samples,

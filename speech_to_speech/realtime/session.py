@@ -566,7 +566,7 @@ class RealtimeSession:
             self.emit(
                 {
                     "type": "input_audio_buffer.speech_started",
-                    "audio_start_ms": int(self._offset * 1000 / SAMPLE_RATE),
+                    "audio_start_ms": int(event.audio_ms),
                     "item_id": item_id,
                 }
             )
@@ -576,7 +576,7 @@ class RealtimeSession:
             self.emit(
                 {
                     "type": "input_audio_buffer.speech_stopped",
-                    "audio_end_ms": int(self._offset * 1000 / SAMPLE_RATE),
+                    "audio_end_ms": int(event.audio_ms),
                     "item_id": item_id,
                 }
             )

@@ -712,7 +712,8 @@ def to_chat_messages(system_prompt: str, items: list[dict], *, drop_unanswered: 
       standing as its transcript (or :data:`AUDIO_PLACEHOLDER`).
     - Function calls become ``{"role": "assistant", "content": None, "tool_calls": [{"id": call_id,
       "type": "function", "function": {"name", "arguments"}}]}``; consecutive calls share one
-      assistant message, which is also the directly preceding assistant text message if there is one.
+      assistant message, which is also the directly preceding assistant text message if there is one;
+      an assistant text message directly after calls is joined to their message as well.
     - A function call output becomes ``{"role": "tool", "tool_call_id", "content"}``, placed right
       after the assistant message holding its call (the API requires that order).
 
@@ -757,6 +758,14 @@ def to_chat_messages(system_prompt: str, items: list[dict], *, drop_unanswered: 
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
             group.append(item["call_id"])
+            continue
+        if kind == "message" and item["role"] == "assistant" and group:
+            # the text of the reply that made these calls (the LLM stage writes a call when it is
+            # made, the reply's text when the reply ends): it joins the calls' assistant message,
+            # so their outputs still follow it and the text does not land after the results
+            last = messages[-1]
+            text = _flatten_content(item["content"])
+            last["content"] = f"{last['content']} {text}" if last["content"] else text
             continue
         close_group()
         if kind == "function_call_output":

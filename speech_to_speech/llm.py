@@ -511,7 +511,8 @@ class BaseLLMHandler(BaseHandler):
 
         Its events and outputs are held until a plain ``response.create`` claims it
         (then they flow at once); a discard aborts the generation and rolls its
-        history back. Nothing reaches TTS before the claim.
+        history back. A generation that fails discards itself, so that the client's
+        ``response.create`` gets a fresh attempt. Nothing reaches TTS before the claim.
         """
         assert self.prefetch is not None
         with self._prefetch_lock:
@@ -528,6 +529,11 @@ class BaseLLMHandler(BaseHandler):
         try:
             item = Transcript(stamp, "", wants_audio=self.default_wants_audio)
             for out in self._generate(item, self.build_request(item), txn):
+                # a failed follow-up is never offered for a claim: the client's response.create
+                # generates afresh (the failure may be transient); one already claimed still ends
+                failed = isinstance(out, EndOfResponse) and out.error not in (None, "cancelled")
+                if failed and txn.discard("prefetch failed"):
+                    break
                 if txn.is_discarded or not hidden.put(out):
                     break
         finally:
@@ -637,14 +643,33 @@ class LocalLLMHandler(BaseLLMHandler):
         messages = clean_messages_for_local_model(_plain_chat(request.chat_messages()))
         deltas = self.stream(messages, should_stop, request.max_output_tokens)
         tools = request.tools if request.tool_choice != "none" else []
+        reply: list[str] = []
         if not tools:
             for text in deltas:
+                reply.append(text)
                 yield TextDelta(text)
-            return
-        extractor = CodeBlockExtractor(text_mode=not request.wants_audio)
-        for text in deltas:
-            yield from self._tool_events(extractor.feed(text), tools)
-        yield from self._tool_events(extractor.flush(), tools)
+        else:
+            extractor = CodeBlockExtractor(text_mode=not request.wants_audio)
+            for text in deltas:
+                reply.append(text)
+                yield from self._tool_events(extractor.feed(text), tools)
+            yield from self._tool_events(extractor.flush(), tools)
+        usage = self.count_usage(messages, "".join(reply))
+        if usage is not None:
+            yield usage
+
+    def count_usage(self, messages: list[dict[str, Any]], reply: str) -> Usage | None:
+        """Token counts with the model's tokenizer (``self.tokenizer``), or None if unknown."""
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is None:
+            return None
+        try:
+            prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
+            return Usage(len(ids), len(tokenizer.encode(reply, add_special_tokens=False)) if reply else 0)
+        except Exception:  # counting is best effort; never fail a reply over it
+            logger.debug("%s: token counting failed", self.name, exc_info=True)
+            return None
 
     @staticmethod
     def _tool_events(parts: list[tuple[str, str]], tools: list[dict[str, Any]]) -> Iterator[ProviderEvent]:

@@ -38,19 +38,17 @@ INTERRUPTION_MARKER = " [interrupted by the user]"
 #: with an assistant message (see :func:`clean_messages_for_local_model`).
 PLACEHOLDER_USER_CONTENT = "Hello."
 
-DEFAULT_VOICE_PERSONA = (
-    "You are a helpful, friendly voice assistant. Help the user with whatever they ask, "
-    "in a warm and natural way, and be accurate."
-)
+DEFAULT_VOICE_PERSONA = "You are a helpful, friendly voice assistant."
 DEFAULT_TEXT_PERSONA = (
     "You are a helpful, friendly assistant. Help the user with whatever they ask, clearly and accurately."
 )
 
+# The voice prompt is kept short on purpose: every token of it is processed before the
+# first word of every reply, which on a CPU is a large part of time to first audio.
 _VOICE_LEAD = (
-    "You are in a spoken, real-time voice conversation. The user talks into a microphone, their words reach "
-    "you as a speech-to-text transcript, and everything you write is read aloud by a text-to-speech voice "
-    "as soon as you write it. The session instructions below define who you are and what you do. The voice "
-    "rules at the end only govern how you speak; they do not change your role or your knowledge."
+    "You are in a spoken, real-time voice conversation: the user's words reach you as a speech "
+    "transcript and your words are read aloud. The session instructions below define who you are; "
+    "the rules at the end only govern how you speak."
 )
 
 _TEXT_LEAD = (
@@ -60,16 +58,16 @@ _TEXT_LEAD = (
 )
 
 _VOICE_RULES = (
-    "Keep every reply short: one sentence by default, two sentences at most, unless the user asks for more detail.",
-    "Write only words meant to be spoken: no markdown, no headings, no bullet or numbered lists, no tables, "
-    "no code blocks, no emoji, and no stage directions such as *laughs* or (sighs).",
-    "The user's messages are a noisy speech transcript and some words may have been misheard. Answer what "
-    "the user most likely meant. Do not point out or correct possible mishearings unless the user asks "
-    "about them or they keep you from understanding the request; then briefly ask the user to say it again.",
-    "Never say the name of a tool or function out loud, and never read out tool arguments or raw results.",
-    "When a tool looks up information, call it directly without announcing it first (do not say things "
-    "like 'let me check'), and say nothing between one tool call and the next; speak once you have what "
-    "you need.",
+    "Reply in one sentence by default, two sentences at most, unless asked for more.",
+    "Write only words to be spoken: no markdown, lists, emoji or stage directions like *laughs*.",
+    "The user's words are a noisy speech transcript and may be misheard: answer what they most likely "
+    "meant, and do not point out or correct possible mishearings unless asked.",
+)
+
+#: added to the voice rules only when tools are offered
+_VOICE_TOOL_RULES = (
+    "Never say the name of a tool or its arguments out loud.",
+    "Call information tools without announcing it, and say nothing between one tool call and the next.",
 )
 
 _TEXT_RULES = (
@@ -126,8 +124,8 @@ def build_voice_system_prompt(instructions: str = "", tools_block: str = "", lan
     3. the voice rules, last because they are the strongest constraints: one
        sentence by default (two at most unless asked), no markdown, lists, emoji
        or stage directions, treat the input as a noisy transcript and do not
-       correct mishearings, never say tool names aloud, call information tools
-       without announcing them and stay silent between calls.
+       correct mishearings; with tools, also never say tool names aloud, call
+       information tools without announcing them and stay silent between calls.
 
     Args:
         instructions: the session's persona/task text ("" for the default persona).
@@ -139,9 +137,8 @@ def build_voice_system_prompt(instructions: str = "", tools_block: str = "", lan
     Returns:
         The complete system prompt.
     """
-    return _assemble(
-        _VOICE_LEAD, instructions, DEFAULT_VOICE_PERSONA, tools_block, "VOICE RULES", _VOICE_RULES, language
-    )
+    rules = _VOICE_RULES + (_VOICE_TOOL_RULES if tools_block.strip() else ())
+    return _assemble(_VOICE_LEAD, instructions, DEFAULT_VOICE_PERSONA, tools_block, "VOICE RULES", rules, language)
 
 
 def build_text_system_prompt(instructions: str = "", tools_block: str = "", language: str | None = None) -> str:

@@ -59,9 +59,16 @@ def test_voice_rules_content() -> None:
     assert "markdown" in rules and "lists" in rules and "emoji" in rules and "*laughs*" in rules
     assert "speech transcript" in rules and "misheard" in rules
     assert "do not point out or correct possible mishearings unless" in rules
-    assert "never say the name of a tool" in rules
-    assert "without announcing it" in rules
-    assert "say nothing between one tool call and the next" in rules
+    assert "tool" not in rules  # tool rules only when tools are offered
+    with_tools = _rules_part(build_voice_system_prompt(PERSONA, TOOLS), "VOICE RULES").lower()
+    assert "never say the name of a tool" in with_tools
+    assert "without announcing it" in with_tools
+    assert "say nothing between one tool call and the next" in with_tools
+
+
+def test_voice_prompt_stays_short() -> None:
+    # every token is processed before each reply's first word: keep the default prompt small
+    assert len(build_voice_system_prompt().split()) < 130
 
 
 def test_voice_default_persona_when_instructions_empty() -> None:

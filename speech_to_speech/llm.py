@@ -18,6 +18,7 @@ Everything else is written here, once:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -231,6 +232,9 @@ class BaseLLMHandler(BaseHandler):
         self.default_wants_audio = True  # modality of responses nobody asked for yet (prefetch)
         self._hidden: tuple[str, _HiddenResponse] | None = None
         self._prefetch_lock = threading.Lock()
+        #: cancel generations of the response requests queued by respond_or_claim that have not
+        #: reached this stage yet (they pass earlier stages first); no prefetch starts meanwhile
+        self._requests_on_the_way: list[int] = []
         self._history_lock = threading.Lock()  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
         self._responses: dict[int, list[str | None]] = {}  # turn id -> [response key, assistant item id]
@@ -296,6 +300,10 @@ class BaseLLMHandler(BaseHandler):
                 self._prefetch()
             return
         if isinstance(item, ResponseRequest):
+            with self._prefetch_lock, contextlib.suppress(ValueError):
+                self._requests_on_the_way.remove(item.stamp.generation)
+            if self.prefetch is not None:  # it answers the history as it is, not a speculative reply
+                self.prefetch.discard_open("response request")
             if not self.gate.admits(item.stamp):
                 yield EndOfResponse(item.stamp, error="cancelled")
                 return
@@ -516,6 +524,10 @@ class BaseLLMHandler(BaseHandler):
         """
         assert self.prefetch is not None
         with self._prefetch_lock:
+            generation = self.gate.scope.generation  # requests of older generations were flushed
+            self._requests_on_the_way = [g for g in self._requests_on_the_way if g == generation]
+            if self._requests_on_the_way:
+                return  # the client already asked: its request is on its way to this stage
             if self.input_queue is not None and not self.input_queue.empty():
                 return  # more work is waiting (maybe the client's own response request)
             stamp = self.gate.new_turn_stamp()
@@ -545,8 +557,9 @@ class BaseLLMHandler(BaseHandler):
         """A client asked for a response: take the hidden follow-up if it is that response,
         else discard it and call ``enqueue`` (which queues a normal response request).
 
-        Both happen under the prefetch lock, so a follow-up can never start while a
-        response request is on its way to this stage.
+        Both happen under the prefetch lock, and the request is remembered until it
+        reaches this stage, so a follow-up can never start while a response request is
+        on its way here (through the queues and stages before this one).
 
         Returns:
             True if a prefetched response was claimed (its output now flows).
@@ -559,7 +572,13 @@ class BaseLLMHandler(BaseHandler):
                 if claimable and self.prefetch.take_for(options, deferred_cleanup=hidden.release) is not None:
                     return True
                 self.prefetch.discard_open("response.create")
-            enqueue()
+            generation = self.gate.scope.generation
+            self._requests_on_the_way.append(generation)
+            try:
+                enqueue()
+            except BaseException:
+                self._requests_on_the_way.remove(generation)
+                raise
             return False
 
     # -- history compaction -------------------------------------------------------------

@@ -1,0 +1,813 @@
+"""The whole tool loop: a response calls a tool, the client answers it, the follow-up is spoken.
+
+Three levels:
+
+1. the LLM stage alone (a fake :class:`LocalLLMHandler` running as a real stage thread between
+   real stage queues, with a :class:`PrefetchCoordinator`): the follow-up to the tool result is
+   generated *hidden* as soon as every call is answered, and is either claimed by a plain
+   ``response.create`` (its output then flows) or discarded without a trace; a failed hidden
+   generation discards itself; no prefetch starts while the client's own request is on its way;
+2. the realtime server in process, driven by the official ``openai`` SDK, with the
+   ``responses-api`` backend pointed at the scripted :mod:`tests.responses_server`: the call is
+   announced on the side channel, the client sends the output and a plain ``response.create``, and
+   the follow-up is served from the prefetch; sent back to back, output and request still give
+   exactly one follow-up (these load the embedded VAD, STT and TTS, hence ``models``);
+3. the embedded SmolLM2 through the ``transformers`` backend with the sample tools: the model's
+   choice is only recorded; the pipeline's guarantees are asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+from speech_to_speech.cancel import Gate
+from speech_to_speech.events import AssistantText, Event, EventBus, ResponseStarted
+from speech_to_speech.llm import FAILURE_FALLBACK, LLMConfig, LocalLLMHandler, new_call_id
+from speech_to_speech.messages import (
+    EndOfResponse,
+    FunctionOutput,
+    ResponseRequest,
+    ToolCallRequest,
+    Transcript,
+    TTSInput,
+)
+from speech_to_speech.prefetch import PrefetchCoordinator, PrefetchState, ResponsePrefetchTransaction
+from speech_to_speech.queues import StageQueue
+from speech_to_speech.realtime.session import RealtimeSession
+from speech_to_speech.registry import get_backend
+from tests.realtime_harness import EventLog, InProcessServer
+from tests.responses_server import Call, Reply, ResponsesServer, Text
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: upper bound of any single wait in the unit-level tests, s (they finish in milliseconds)
+WAIT_S = 10.0
+#: how long "nothing arrives" is watched for, s
+QUIET_S = 0.3
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+# == 1. the LLM stage: hidden follow-up, claim and discard ===========================================
+class ScriptError(RuntimeError):
+    """Raised by a :class:`Script` that is told to fail."""
+
+
+@dataclass
+class Script:
+    """What the fake model streams for one request.
+
+    Attributes:
+        deltas: text pieces, in order.
+        pause_after: before yielding delta number ``pause_after``, wait until ``resume`` is set
+            (``paused`` is set meanwhile); None never pauses.
+        raise_after: raise :class:`ScriptError` before delta number ``raise_after`` (None: never).
+        paused: set while the script waits for ``resume``.
+        resume: lets a paused script go on.
+        finished: set once every delta was yielded.
+        stopped_early: the generation was told to stop before its last delta.
+    """
+
+    deltas: list[str]
+    pause_after: int | None = None
+    raise_after: int | None = None
+    paused: threading.Event = field(default_factory=threading.Event)
+    resume: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+    stopped_early: bool = False
+
+
+class FakeLocalLLM(LocalLLMHandler):
+    """A local model that plays one :class:`Script` per request (tools parsed from ``<code>``)."""
+
+    def __init__(self, *args: Any, scripts: list[Script], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scripts = list(scripts)
+        self.played: list[Script] = []
+        self.requests: list[list[dict[str, Any]]] = []
+
+    def load(self) -> None:
+        pass
+
+    def stream(
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+    ) -> Iterator[str]:
+        script = self.scripts.pop(0)
+        self.played.append(script)
+        self.requests.append(messages)
+        for i, delta in enumerate(script.deltas):
+            if script.raise_after == i:
+                raise ScriptError("the model crashed")
+            if script.pause_after == i:
+                script.paused.set()
+                script.resume.wait(WAIT_S)
+            if should_stop():
+                script.stopped_early = True
+                return
+            yield delta
+        script.finished.set()
+
+
+class RecordingCoordinator(PrefetchCoordinator):
+    """A :class:`PrefetchCoordinator` that keeps every transaction it started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[ResponsePrefetchTransaction] = []
+
+    def try_start(self, key: str, fingerprint: dict) -> ResponsePrefetchTransaction | None:
+        txn = super().try_start(key, fingerprint)
+        if txn is not None:
+            self.started.append(txn)
+        return txn
+
+
+@dataclass
+class Stage:
+    """A :class:`FakeLocalLLM` running as a stage thread, and what it produced."""
+
+    llm: FakeLocalLLM
+    inq: StageQueue
+    outq: StageQueue
+    events: list[Event]
+
+    @property
+    def prefetch(self) -> RecordingCoordinator:
+        """The LLM's prefetch coordinator."""
+        assert isinstance(self.llm.prefetch, RecordingCoordinator)
+        return self.llm.prefetch
+
+    def take_until_end(self, timeout_s: float = WAIT_S) -> list[Any]:
+        """Items from the output queue up to and including the next :class:`EndOfResponse`."""
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while not out or not isinstance(out[-1], EndOfResponse):
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no EndOfResponse within {timeout_s} s; got {out}"
+            try:
+                out.append(self.outq.get(timeout=remaining))
+            except queue.Empty:
+                continue
+        return out
+
+    def quiet(self, seconds: float = QUIET_S) -> list[Any]:
+        """Whatever reaches the output queue within ``seconds`` (should be nothing)."""
+        try:
+            return [self.outq.get(timeout=seconds)]
+        except queue.Empty:
+            return []
+
+    def events_of(self, kind: type[Event], since: int = 0) -> list[Event]:
+        """Published events of type ``kind`` at index ``since`` or later."""
+        return [e for e in self.events[since:] if isinstance(e, kind)]
+
+    def history(self) -> list[tuple[str, str]]:
+        """``(role, content)`` of the messages in history."""
+        return [(i["role"], i["content"]) for i in self.llm.chat.items() if i["type"] == "message"]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    """Poll ``condition`` (test code only) until it holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def make_stage() -> Iterator[Callable[..., Stage]]:
+    """Build a started LLM stage playing the given scripts; stopped at the end of the test."""
+    started: list[FakeLocalLLM] = []
+
+    def build(*scripts: Script, start: bool = True) -> Stage:
+        gate, bus, events = Gate(), EventBus(), []
+        bus.subscribe(events.append)
+        inq, outq = StageQueue(16), StageQueue(64)
+        config = LLMConfig(system_prompt="Be brief.", stream_batch_sentences=1)
+        llm = FakeLocalLLM(threading.Event(), inq, outq, gate, bus, config=config, scripts=list(scripts), name="llm")
+        llm.prefetch = RecordingCoordinator()
+        llm.tools = [WEATHER_TOOL]
+        if start:
+            llm.start()
+            assert llm.ready.wait(WAIT_S) and llm.setup_error is None
+            started.append(llm)
+        else:
+            llm.setup()
+        return Stage(llm, inq, outq, events)
+
+    yield build
+    for llm in started:
+        llm.stop_event.set()
+        for script in llm.played + llm.scripts:
+            script.resume.set()
+        llm.join(WAIT_S)
+
+
+CALLING_DELTAS = ["Let me check. <co", 'de>get_weather(city="Par', 'is")</code>']
+WEATHER_OUTPUT = '{"sky": "sunny", "temp_c": 24}'
+
+
+def calling_script() -> Script:
+    """A reply that says one sentence and calls get_weather(city="Paris")."""
+    return Script(list(CALLING_DELTAS))
+
+
+def ask_and_call(stage: Stage) -> ToolCallRequest:
+    """A user turn whose reply calls the tool; checks that reply and returns its call."""
+    stage.inq.put(Transcript(stage.llm.gate.new_turn_stamp(), "What's the weather in Paris?"))
+    out = stage.take_until_end()
+    assert [type(m).__name__ for m in out] == ["TTSInput", "ToolCallRequest", "EndOfResponse"], out
+    assert out[0].text == "Let me check." and out[2].error is None
+    call = out[1]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    return call
+
+
+def answer_and_prefetch(stage: Stage, call: ToolCallRequest) -> ResponsePrefetchTransaction:
+    """Send the tool's output and wait until the hidden follow-up has been generated completely."""
+    stage.inq.put(FunctionOutput(call.call_id, WEATHER_OUTPUT))
+    wait_for(lambda: bool(stage.prefetch.started), "started a prefetch")
+    txn = stage.prefetch.started[-1]
+    wait_for(lambda: txn.state is not PrefetchState.PENDING and stage.prefetch.running is None, "finished it")
+    return txn
+
+
+class Enqueue:
+    """The ``enqueue`` callback of :meth:`respond_or_claim`: counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+def test_follow_up_is_generated_hidden_then_claimed(make_stage: Callable[..., Stage]) -> None:
+    stage = make_stage(calling_script(), Script(["It is sunny ", "in Paris. ", "Enjoy the day!"]))
+    call = ask_and_call(stage)
+    since = len(stage.events)
+
+    txn = answer_and_prefetch(stage, call)
+    assert txn.state is PrefetchState.COMPLETED  # generated, waiting for its decision
+    assert len(stage.llm.requests) == 2, "the follow-up was not generated ahead"
+    assert stage.quiet() == [], "the hidden follow-up reached the output queue before its claim"
+    assert not stage.events_of(ResponseStarted, since) and not stage.events_of(AssistantText, since)
+    # its history is there, provisionally (a discard rolls it back)
+    assert stage.history()[-1] == ("assistant", "It is sunny in Paris. Enjoy the day!")
+
+    enqueue = Enqueue()
+    assert stage.llm.respond_or_claim({}, enqueue) is True
+    assert enqueue.calls == 0
+    assert txn.state is PrefetchState.CLAIMED
+    started = stage.events_of(ResponseStarted, since)
+    assert len(started) == 1  # replayed by the claim, before it returned
+    out = stage.take_until_end()
+    assert [type(m) for m in out] == [TTSInput, TTSInput, EndOfResponse], out
+    assert [m.text for m in out[:2]] == ["It is sunny in Paris.", "Enjoy the day!"]
+    assert {m.stamp for m in out} == {out[0].stamp} and out[0].stamp.turn_id == started[0].turn_id
+    assert out[-1].error is None and out[-1].text == "It is sunny in Paris. Enjoy the day!"
+    assert stage.quiet() == [], "more than one EndOfResponse"
+    texts = [e.text for e in stage.events_of(AssistantText, since)]
+    assert texts == ["It is sunny in Paris. Enjoy the day!"]
+
+    items = stage.llm.chat.items()
+    # the call is written when it is made, the reply's text when the reply ends
+    kinds = [(i["type"], i.get("role")) for i in items]
+    assert kinds == [
+        ("message", "user"),
+        ("function_call", None),
+        ("message", "assistant"),
+        ("function_call_output", None),
+        ("message", "assistant"),
+    ]
+    assert items[-1]["content"] == "It is sunny in Paris. Enjoy the day!"
+    assert items[1]["call_id"] == items[3]["call_id"] == call.call_id
+    # the follow-up's prompt: the reply that called (its text, then its call), then the result, last
+    follow_up = [(m["role"], m["content"]) for m in stage.llm.requests[1][1:]]
+    assert follow_up == [
+        ("user", "What's the weather in Paris?"),
+        ("assistant", "Let me check. <code>get_weather(city='Paris')</code>"),
+        ("user", "[tool result] " + WEATHER_OUTPUT),
+    ]
+
+
+def test_claim_while_still_generating_streams_the_rest(make_stage: Callable[..., Stage]) -> None:
+    follow_up = Script(["It is sunny. ", "Take a hat. ", "Bye."], pause_after=2)
+    stage = make_stage(calling_script(), follow_up)
+    call = ask_and_call(stage)
+    stage.inq.put(FunctionOutput(call.call_id, WEATHER_OUTPUT))
+    assert follow_up.paused.wait(WAIT_S)
+    assert stage.quiet() == []
+
+    assert stage.llm.respond_or_claim({"metadata": {"client": "test"}}, Enqueue()) is True  # metadata is ignored
+    first = stage.outq.get(timeout=WAIT_S)  # held output flows at once, before the model finished
+    assert isinstance(first, TTSInput) and first.text == "It is sunny."
+    follow_up.resume.set()
+    out = [first, *stage.take_until_end()]
+    assert [m.text for m in out if isinstance(m, TTSInput)] == ["It is sunny.", "Take a hat.", "Bye."]
+    assert sum(isinstance(m, EndOfResponse) for m in out) == 1 and out[-1].error is None
+    assert stage.history()[-1] == ("assistant", "It is sunny. Take a hat. Bye.")
+
+
+def test_response_create_with_overrides_discards_the_prefetch(make_stage: Callable[..., Stage]) -> None:
+    stage = make_stage(calling_script(), Script(["It is sunny in Paris."]), Script(["Fresh answer."]))
+    call = ask_and_call(stage)
+    since = len(stage.events)
+    txn = answer_and_prefetch(stage, call)
+
+    enqueue = Enqueue()
+    assert stage.llm.respond_or_claim({"instructions": "x"}, enqueue) is False
+    assert enqueue.calls == 1  # a normal request is queued instead
+    assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "response.create overrides"
+    assert ("assistant", "It is sunny in Paris.") not in stage.history()
+    assert [i["type"] for i in stage.llm.chat.items()][-1] == "function_call_output"
+    assert stage.quiet() == [], "a discarded prefetch emitted output"
+    assert not stage.events_of(ResponseStarted, since) and not stage.events_of(AssistantText, since)
+
+    # what the enqueue stands for: the fresh response, generated from the tool result
+    stage.inq.put(ResponseRequest(stage.llm.gate.new_turn_stamp(), instructions="x"))
+    out = stage.take_until_end()
+    assert [m.text for m in out if isinstance(m, TTSInput)] == ["Fresh answer."]
+    assert [e.text for e in stage.events_of(AssistantText, since)] == ["Fresh answer."]
+    assert stage.history()[-1] == ("assistant", "Fresh answer.")
+    assert sum(1 for role, _ in stage.history() if role == "assistant") == 2  # the call's reply, the fresh one
+
+
+def test_discard_before_the_claim_rolls_history_back(make_stage: Callable[..., Stage]) -> None:
+    stage = make_stage(calling_script(), Script(["It is sunny in Paris."]))
+    call = ask_and_call(stage)
+    since = len(stage.events)
+    before = stage.llm.chat.items()  # the function call, not yet its output
+    txn = answer_and_prefetch(stage, call)
+    assert stage.history()[-1] == ("assistant", "It is sunny in Paris.")
+
+    stage.prefetch.discard_open("speech")  # e.g. the user started speaking
+    assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "speech"
+    items = stage.llm.chat.items()
+    assert items[: len(before)] == before
+    assert [i["type"] for i in items[len(before) :]] == ["function_call_output"]  # the client's item stays
+
+    enqueue = Enqueue()
+    assert stage.llm.respond_or_claim({}, enqueue) is False
+    assert enqueue.calls == 1
+    assert stage.quiet() == []
+    assert not stage.events_of(ResponseStarted, since) and not stage.events_of(AssistantText, since)
+
+
+def test_discard_while_generating_stops_the_model(make_stage: Callable[..., Stage]) -> None:
+    follow_up = Script(["It is sunny. ", "Take a hat. ", "Bye."], pause_after=1)
+    stage = make_stage(calling_script(), follow_up)
+    call = ask_and_call(stage)
+    stage.inq.put(FunctionOutput(call.call_id, WEATHER_OUTPUT))
+    assert follow_up.paused.wait(WAIT_S)
+    txn = stage.prefetch.open_transaction
+    assert txn is not None and txn.state is PrefetchState.PENDING
+
+    stage.prefetch.discard_open("conversation.item.create")
+    follow_up.resume.set()
+    wait_for(lambda: stage.prefetch.running is None, "released the prefetch slot")
+    assert follow_up.stopped_early and not follow_up.finished.is_set()
+    assert stage.quiet() == []
+    assert [i["type"] for i in stage.llm.chat.items()][-1] == "function_call_output"
+
+
+def test_failed_hidden_generation_is_never_claimed(make_stage: Callable[..., Stage]) -> None:
+    """A prefetch whose generation fails is discarded by itself ("prefetch failed").
+
+    The client's ``response.create`` then gets a fresh generation (the failure may have been
+    transient) instead of a claimed failure with the spoken fallback apology; nothing of the
+    failed attempt is ever published or spoken.
+    """
+    stage = make_stage(calling_script(), Script(["It is", " sunny."], raise_after=1), Script(["It is sunny."]))
+    call = ask_and_call(stage)
+    since = len(stage.events)
+    txn = answer_and_prefetch(stage, call)
+    assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "prefetch failed"
+    assert [i["type"] for i in stage.llm.chat.items()][-1] == "function_call_output"
+
+    enqueue = Enqueue()
+    assert stage.llm.respond_or_claim({}, enqueue) is False
+    assert enqueue.calls == 1
+    assert stage.quiet() == []
+    assert not stage.events_of(ResponseStarted, since) and not stage.events_of(AssistantText, since)
+
+    stage.inq.put(ResponseRequest(stage.llm.gate.new_turn_stamp()))
+    out = stage.take_until_end()
+    assert [m.text for m in out if isinstance(m, TTSInput)] == ["It is sunny."]
+    assert FAILURE_FALLBACK not in [m.text for m in out if isinstance(m, TTSInput)]
+    assert out[-1].error is None
+    assert stage.history()[-1] == ("assistant", "It is sunny.")
+
+
+def test_no_prefetch_while_more_input_is_waiting(make_stage: Callable[..., Stage]) -> None:
+    stage = make_stage(calling_script(), Script(["It is sunny."]), start=False)
+    out = list(stage.llm.process(Transcript(stage.llm.gate.new_turn_stamp(), "Weather in Paris?")))
+    call = next(m for m in out if isinstance(m, ToolCallRequest))
+    request = ResponseRequest(stage.llm.gate.new_turn_stamp())
+    stage.inq.put(request)  # e.g. the client's own response.create, already on its way
+
+    assert list(stage.llm.process(FunctionOutput(call.call_id, WEATHER_OUTPUT))) == []
+    assert stage.prefetch.open_transaction is None and stage.prefetch.running is None
+    assert len(stage.llm.requests) == 1, "a follow-up was generated although a request was waiting"
+    assert [i["type"] for i in stage.llm.chat.items()][-1] == "function_call_output"
+
+    # the waiting request is answered normally
+    out = list(stage.llm.process(stage.inq.get_nowait()))
+    assert [m.text for m in out if isinstance(m, TTSInput)] == ["It is sunny."]
+    assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
+
+
+def first_call(stage: Stage, text: str) -> ToolCallRequest:
+    """Answer ``text`` (without the stage thread) and return the reply's first tool call."""
+    out = list(stage.llm.process(Transcript(stage.llm.gate.new_turn_stamp(), text)))
+    return next(m for m in out if isinstance(m, ToolCallRequest))
+
+
+def test_no_prefetch_while_a_response_request_is_upstream(make_stage: Callable[..., Stage]) -> None:
+    """The client's response.create passed respond_or_claim but its request is still in an earlier
+    stage (the realtime session queues it before STT) when the tool output reaches the LLM."""
+    stage = make_stage(
+        calling_script(), Script(["It is sunny."]), calling_script(), Script(["Still sunny."]), start=False
+    )
+    call = first_call(stage, "Paris?")
+    enqueue = Enqueue()
+    assert stage.llm.respond_or_claim({}, enqueue) is False and enqueue.calls == 1  # nothing to claim yet
+    assert list(stage.llm.process(FunctionOutput(call.call_id, WEATHER_OUTPUT))) == []
+    assert not stage.prefetch.started, "a follow-up was generated ahead although the client had asked already"
+
+    out = list(stage.llm.process(ResponseRequest(stage.llm.gate.new_turn_stamp())))  # the request arrives
+    assert [m.text for m in out if isinstance(m, TTSInput)] == ["It is sunny."]
+    assert [content for role, content in stage.history() if role == "assistant"] == ["Let me check.", "It is sunny."]
+
+    # once it has arrived, the next tool round is prefetched again
+    call = first_call(stage, "And now?")
+    list(stage.llm.process(FunctionOutput(call.call_id, WEATHER_OUTPUT)))
+    assert len(stage.prefetch.started) == 1 and stage.prefetch.started[0].state is PrefetchState.COMPLETED
+
+
+def test_a_response_request_discards_an_open_prefetch(make_stage: Callable[..., Stage]) -> None:
+    stage = make_stage(calling_script(), Script(["It is sunny in Paris."]), Script(["Fresh answer."]))
+    call = ask_and_call(stage)
+    txn = answer_and_prefetch(stage, call)
+    stage.inq.put(ResponseRequest(stage.llm.gate.new_turn_stamp()))  # not through respond_or_claim
+    out = stage.take_until_end()
+    assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "response request"
+    assert [m.text for m in out if isinstance(m, TTSInput)] == ["Fresh answer."]
+    assert "It is sunny in Paris." not in json.dumps(stage.llm.requests[2]), (
+        "the fresh request saw the speculative reply"
+    )
+    assert [content for role, content in stage.history() if role == "assistant"] == ["Let me check.", "Fresh answer."]
+    assert stage.llm.respond_or_claim({}, Enqueue()) is False  # nothing stale is left to claim
+
+
+def test_no_prefetch_while_a_call_is_unanswered(make_stage: Callable[..., Stage]) -> None:
+    two_calls = Script(['<code>get_weather(city="Paris")</code> <code>get_weather(city="Rome")</code>'])
+    stage = make_stage(two_calls, Script(["Sunny in both."]), start=False)
+    out = list(stage.llm.process(Transcript(stage.llm.gate.new_turn_stamp(), "Paris and Rome?")))
+    calls = [m for m in out if isinstance(m, ToolCallRequest)]
+    assert [json.loads(c.arguments)["city"] for c in calls] == ["Paris", "Rome"]
+    list(stage.llm.process(FunctionOutput(calls[0].call_id, WEATHER_OUTPUT)))
+    assert stage.prefetch.open_transaction is None  # Rome is still unanswered
+    list(stage.llm.process(FunctionOutput(calls[1].call_id, WEATHER_OUTPUT)))
+    txn = stage.prefetch.open_transaction
+    assert txn is not None and txn.state is PrefetchState.COMPLETED
+    assert stage.outq.empty()
+
+
+# == 2. the loop through the realtime server, with the official SDK as the client =====================
+#: longest wait for one server event (TTS on a shared CPU can be slow), s
+SERVER_WAIT_S = 120.0
+SAID_BEFORE_CALL = "Let me check the weather."
+FOLLOW_UP = "It is sunny in Paris."
+
+
+def weather_script() -> list[Reply]:
+    """The scripted provider: a sentence then get_weather(city="Paris"); then the follow-up."""
+    return [
+        Reply([Text(["Let me check ", "the weather."]), Call("get_weather", '{"city": "Paris"}')]),
+        Reply([Text(["It is sunny ", "in Paris."])]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[ResponsesServer]:
+    """The scripted ``/v1/responses`` endpoint the server's LLM talks to."""
+    with ResponsesServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def realtime(provider: ResponsesServer) -> Iterator[InProcessServer]:
+    """The realtime server in process, its LLM being ``responses-api`` on the scripted endpoint."""
+    srv = InProcessServer(
+        "--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "test-model"
+    ).start()
+    yield srv
+    srv.stop()
+
+
+def live_session(srv: InProcessServer, session_id: str) -> RealtimeSession:
+    """The server's session with id ``session_id``."""
+    found = [s for s in list(srv.server.sessions) if s.id == session_id]
+    assert found, f"no live session {session_id}"
+    return found[0]
+
+
+def record_claims(session: RealtimeSession) -> list[bool]:
+    """Wrap the session LLM's ``respond_or_claim``; the returned list gets each result (True: claimed)."""
+    results: list[bool] = []
+    original = session.llm.respond_or_claim
+
+    def respond_or_claim(options: dict[str, Any] | None, enqueue: Callable[[], None]) -> bool:
+        claimed = original(options, enqueue)
+        results.append(claimed)
+        return claimed
+
+    session.llm.respond_or_claim = respond_or_claim  # type: ignore[method-assign]
+    return results
+
+
+async def poll_until(condition: Callable[[], bool], what: str, timeout_s: float = SERVER_WAIT_S) -> None:
+    """Check ``condition`` every few ms on the loop (for state outside the event stream)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never {what}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.models  # the server loads the embedded VAD, STT and TTS models
+def test_tool_loop_through_the_realtime_server(realtime: InProcessServer, provider: ResponsesServer) -> None:
+    provider.script(*weather_script())
+
+    async def scenario() -> dict[str, Any]:
+        client = AsyncOpenAI(base_url=f"http://127.0.0.1:{realtime.port}/v1", api_key="x")
+        async with client.realtime.connect(model="s2s") as conn:
+            log = EventLog(conn.recv)
+            try:
+                created = await log.wait_for("session.created", SERVER_WAIT_S)
+                session = live_session(realtime, created.session.id)
+                claims = record_claims(session)
+                await conn.session.update(
+                    session={
+                        "type": "realtime",
+                        "instructions": "You are a weather assistant.",
+                        "output_modalities": ["audio"],
+                        "tools": [WEATHER_TOOL],  # type: ignore[list-item]
+                        "audio": {"input": {"turn_detection": None}},
+                    }
+                )
+                updated = await log.wait_for("session.updated", SERVER_WAIT_S)
+                assert [t.name for t in updated.session.tools] == ["get_weather"]
+                await conn.conversation.item.create(
+                    item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Paris?"}]}
+                )
+                await conn.response.create()
+
+                first = (await log.wait_for("response.created", SERVER_WAIT_S)).response.id
+                announced = await log.wait_for("response.function_call_arguments.done", SERVER_WAIT_S)
+                await conn.conversation.item.create(
+                    item={"type": "function_call_output", "call_id": announced.call_id, "output": '{"sky": "sunny"}'}
+                )
+                first_done = await log.wait_for(
+                    lambda e: e.type == "response.done" and e.response.id == first, SERVER_WAIT_S, what="done 1"
+                )
+                # the follow-up is requested from the provider by the server itself (the prefetch)
+                await poll_until(lambda: len(provider.requests) >= 2, "prefetched the follow-up")
+                requests_before_create = len(provider.requests)
+                since = len(log.events)
+                await conn.response.create()
+                second = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+                second_done = await log.wait_for(
+                    lambda e: e.type == "response.done" and e.response.id == second, SERVER_WAIT_S, what="done 2"
+                )
+                return {
+                    "events": list(log.events),
+                    "first": first,
+                    "second": second,
+                    "announced": announced,
+                    "first_done": first_done,
+                    "second_done": second_done,
+                    "claims": list(claims),
+                    "requests_before_create": requests_before_create,
+                    "history": session.llm.chat.items(),
+                }
+            finally:
+                await log.stop()
+
+    r = asyncio.run(asyncio.wait_for(scenario(), 4 * SERVER_WAIT_S))
+    events: list[Any] = r["events"]
+    errors = [e for e in events if e.type == "error"]
+    assert not errors, errors
+
+    # response 1: speech, then the call, announced on the side channel before the response ends
+    announced = r["announced"]
+    assert announced.response_id == r["first"] and announced.name == "get_weather"
+    assert json.loads(announced.arguments) == {"city": "Paris"}
+    assert events.index(announced) < events.index(r["first_done"])
+    first_done = r["first_done"].response
+    assert first_done.status == "completed", first_done
+    [call_item] = [o for o in first_done.output if o.type == "function_call"]
+    assert (call_item.call_id, call_item.name, call_item.arguments) == (
+        announced.call_id,
+        "get_weather",
+        announced.arguments,
+    )
+    [message] = [o for o in first_done.output if o.type == "message"]
+    assert message.content[0].transcript == SAID_BEFORE_CALL
+    first_audio = [e for e in events if e.type == "response.output_audio.delta" and e.response_id == r["first"]]
+    assert first_audio, "the sentence before the call was not spoken"
+    # (the call may be announced before that sentence's audio has played: that is the side channel's point)
+    added = [e for e in events if e.type == "response.output_item.added" and e.response_id == r["first"]]
+    assert sorted(e.output_index for e in added) == [0, 1], "the message and the call share an output_index"
+
+    # response 2: the follow-up, served from the prefetch
+    assert r["requests_before_create"] == 2
+    assert r["claims"] == [False, True], "the follow-up was generated again instead of claimed"
+    assert len(provider.requests) == 2, "a third provider request: the prefetch was not used"
+    second_done = r["second_done"].response
+    assert second_done.status == "completed", second_done
+    transcripts = [
+        e.transcript
+        for e in events
+        if e.type == "response.output_audio_transcript.done" and e.response_id == r["second"]
+    ]
+    assert len(transcripts) == 1 and "sunny" in transcripts[0], transcripts
+    second_audio = [e for e in events if e.type == "response.output_audio.delta" and e.response_id == r["second"]]
+    assert second_audio, "the follow-up was not spoken"
+    assert events.index(r["first_done"]) < events.index(second_audio[0])
+
+    # the provider's second request carried the call and its output, paired by call_id
+    body = provider.requests[1].body
+    calls = [i for i in body["input"] if i.get("type") == "function_call"]
+    outputs = [i for i in body["input"] if i.get("type") == "function_call_output"]
+    assert [(c["call_id"], c["name"], json.loads(c["arguments"])) for c in calls] == [
+        (announced.call_id, "get_weather", {"city": "Paris"})
+    ]
+    assert [(o["call_id"], o["output"]) for o in outputs] == [(announced.call_id, '{"sky": "sunny"}')]
+    assert [t["name"] for t in body["tools"]] == ["get_weather"]
+
+    history = [(i["type"], i.get("role"), i.get("content")) for i in r["history"]]
+    assert history[-1] == ("message", "assistant", FOLLOW_UP)
+
+
+@pytest.mark.models  # the server loads the embedded VAD, STT and TTS models
+def test_output_and_response_create_back_to_back(realtime: InProcessServer, provider: ResponsesServer) -> None:
+    """The client sends the tool output and at once a plain response.create (its tool finished after
+    the response holding the call was done). Whichever reaches the LLM first, the follow-up is
+    generated once (claimed, or generated for the request), never twice, and history holds it once."""
+    rounds = 3
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[int], list[str], list[bool]]:
+        client = AsyncOpenAI(base_url=f"http://127.0.0.1:{realtime.port}/v1", api_key="x")
+        async with client.realtime.connect(model="s2s") as conn:
+            log = EventLog(conn.recv)
+            try:
+                created = await log.wait_for("session.created", SERVER_WAIT_S)
+                session = live_session(realtime, created.session.id)
+                claims = record_claims(session)
+                tools = [WEATHER_TOOL]
+                update = {"type": "realtime", "tools": tools, "audio": {"input": {"turn_detection": None}}}
+                await conn.session.update(session=update)  # type: ignore[arg-type]
+                await log.wait_for("session.updated", SERVER_WAIT_S)
+                requests: list[int] = []
+                transcripts: list[str] = []
+                for _ in range(rounds):
+                    provider.script(*weather_script())
+                    since = len(log.events)
+                    text = {"type": "input_text", "text": "Paris?"}
+                    await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [text]})
+                    await conn.response.create()
+                    first = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+                    call = await log.wait_for("response.function_call_arguments.done", SERVER_WAIT_S, since=since)
+                    await log.wait_for(
+                        lambda e, r=first: e.type == "response.done" and e.response.id == r, SERVER_WAIT_S
+                    )
+                    since = len(log.events)
+                    output = {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny"}'}
+                    await conn.conversation.item.create(item=output)  # type: ignore[arg-type]
+                    await conn.response.create()
+                    second = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+                    done = await log.wait_for(
+                        lambda e, r=second: e.type == "response.done" and e.response.id == r, SERVER_WAIT_S
+                    )
+                    assert done.response.status == "completed", done.response
+                    transcripts.append(done.response.output[0].content[0].transcript)
+                    requests.append(len(provider.requests))
+                assert not log.of("error"), log.of("error")
+                return session.llm.chat.items(), requests, transcripts, list(claims)
+            finally:
+                await log.stop()
+
+    history, requests, transcripts, claims = asyncio.run(asyncio.wait_for(scenario(), 4 * SERVER_WAIT_S))
+    assert requests == [2] * rounds, f"provider requests per round: {requests} (3: the follow-up was generated twice)"
+    assert transcripts == [FOLLOW_UP] * rounds
+    assert len(claims) == 2 * rounds and not any(claims[::2])  # the first response.create of a round never claims
+    replies = [i["content"] for i in history if i["type"] == "message" and i["role"] == "assistant"]
+    assert replies == [SAID_BEFORE_CALL, FOLLOW_UP] * rounds
+
+
+# == 3. the local path with the embedded model ======================================================
+def load_sample_tools() -> ModuleType:
+    """``scripts/sample_tools.py`` (get_time, add), loaded from its path."""
+    spec = importlib.util.spec_from_file_location("sample_tools", REPO_ROOT / "scripts" / "sample_tools.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_pipeline_output(out: list[Any], tool_names: set[str]) -> list[ToolCallRequest]:
+    """The guarantees that hold whatever the model chose; returns the tool calls.
+
+    Exactly one :class:`EndOfResponse`, last; no ``<code>`` markup ever spoken; every call names
+    a known tool and has a JSON object as arguments.
+    """
+    ends = [m for m in out if isinstance(m, EndOfResponse)]
+    assert len(ends) == 1 and out[-1] is ends[0], out
+    spoken = [m.text for m in out if isinstance(m, TTSInput)]
+    assert all(s.strip() for s in spoken)
+    assert not [s for s in spoken if "<code" in s or "code>" in s or "</" in s], spoken
+    calls = [m for m in out if isinstance(m, ToolCallRequest)]
+    for call in calls:
+        assert call.name in tool_names, call
+        assert isinstance(json.loads(call.arguments), dict), call
+        assert call.call_id.startswith("call_")
+    return calls
+
+
+@pytest.mark.models
+def test_embedded_model_tool_call_keeps_the_pipeline_guarantees(record_property: Callable[[str, Any], None]) -> None:
+    sample = load_sample_tools()
+    tool_names = {tool["name"] for tool in sample.TOOLS}
+    handler_cls = get_backend("llm", "transformers").load_handler_class()
+    inq, outq = StageQueue(16), StageQueue(64)
+    llm = handler_cls(
+        stop_event=threading.Event(),
+        input_queue=inq,
+        output_queue=outq,
+        gate=Gate(),
+        bus=EventBus(),
+        config=LLMConfig(max_new_tokens=64, stream_batch_sentences=1),
+        device="cpu",
+        name="llm:transformers",
+    )
+    llm.setup()
+    llm.tools = list(sample.TOOLS)
+    llm.prefetch = PrefetchCoordinator()
+    try:
+        out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "What time is it in Tokyo? Use the tool.")))
+        calls = assert_pipeline_output(out, tool_names)
+        spoken = " ".join(m.text for m in out if isinstance(m, TTSInput))
+        called = [(c.name, json.loads(c.arguments)) for c in calls]
+        record_property("tool_calls", called)
+        record_property("spoken", spoken)
+        print(f"\nembedded model: calls={called} spoken={spoken!r}")
+        history = llm.chat.items()
+        assert [i["call_id"] for i in history if i["type"] == "function_call"] == [c.call_id for c in calls]
+        if not calls:  # the model answered without the tool: record a call as if it had made one
+            call = ToolCallRequest(out[-1].stamp, new_call_id(), "get_time", '{"timezone": "Asia/Tokyo"}')
+            llm.chat.add_item(
+                {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+            )
+            calls = [call]
+
+        # answer every call with the real sample tool: the follow-up is generated hidden, then claimed
+        for call in calls:
+            result = asyncio.run(sample.execute_tool(call.name, json.loads(call.arguments)))
+            assert list(llm.process(FunctionOutput(call.call_id, json.dumps(result)))) == []
+        assert outq.empty(), "the hidden follow-up reached the output queue"
+        enqueue = Enqueue()
+        assert llm.respond_or_claim({}, enqueue) is True, "the prefetched follow-up was not claimable"
+        assert enqueue.calls == 0
+        follow_up: list[Any] = []
+        while not follow_up or not isinstance(follow_up[-1], EndOfResponse):
+            follow_up.append(outq.get(timeout=120))
+        time.sleep(QUIET_S)
+        assert outq.empty(), "output after the follow-up's EndOfResponse"
+        follow_calls = assert_pipeline_output(follow_up, tool_names)
+        assert follow_up[-1].error is None
+        record_property("follow_up", follow_up[-1].text)
+        print(f"follow-up: {follow_up[-1].text!r}, calls={[c.name for c in follow_calls]}")
+        assistant = [i for i in llm.chat.items() if i["type"] == "message" and i["role"] == "assistant"]
+        if follow_up[-1].text:
+            assert assistant[-1]["content"] == follow_up[-1].text
+    finally:
+        llm.stop_event.set()
+        llm.cleanup()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -99,6 +100,12 @@ def serve(args: argparse.Namespace) -> int:
         run_server(args)
     except OSError as exc:
         raise PipelineError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
+    except RuntimeError as exc:
+        # model-loading threads cannot be interrupted; leave without running native
+        # destructors under them (they abort or report leaks at interpreter exit)
+        print(f"s2s_pipeline.py: error: {exc}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     return 0
 
 

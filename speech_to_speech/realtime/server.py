@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import signal
+import threading
 from http import HTTPStatus
 from typing import Any
 
@@ -47,12 +48,16 @@ class RealtimeServer:
         self.limits = SessionLimits()
         self._server: Server | None = None
 
-    def warm_up(self) -> None:
-        """Load every model once (shared later by all sessions), in the calling thread."""
+    def warm_up(self, stop: threading.Event | None = None) -> None:
+        """Load every model once (shared later by all sessions), in the calling thread.
+
+        Raises:
+            RuntimeError: a stage failed to load, or ``stop`` was set while loading.
+        """
         loop = asyncio.new_event_loop()
         try:
             session = RealtimeSession(self.args, loop, lambda event: None, self.limits)
-            session.start()
+            session.start(stop)
             session.close()
         finally:
             loop.close()
@@ -144,8 +149,20 @@ class RealtimeServer:
 
 
 def run_server(args: argparse.Namespace) -> None:
-    """Load the models, then serve until interrupted."""
+    """Load the models, then serve until SIGINT/SIGTERM (also honoured while loading).
+
+    Raises:
+        RuntimeError: a model failed to load, or the process was signalled while loading.
+    """
     server = RealtimeServer(args)
     print("loading models ...", flush=True)
-    server.warm_up()
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.warm_up(stop)
+        if stop.is_set():  # signalled after the last model was ready
+            raise RuntimeError("stopped while loading models")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     asyncio.run(server.run())

@@ -246,16 +246,22 @@ class RealtimeSession:
         self.stages: list[BaseHandler] = [self.vad, self.stt, self.llm, lm_output, self.tts, self.sink]
         self.bus.subscribe(self._on_event)
 
-    def start(self) -> None:
+    def start(self, stop: threading.Event | None = None) -> None:
         """Start every stage and wait until they are ready (models are shared, so this is quick).
 
+        Args:
+            stop: when set while stages load, the session is closed and start gives up.
+
         Raises:
-            RuntimeError: if a stage fails to set up.
+            RuntimeError: if a stage fails to set up, or ``stop`` was set first.
         """
         for s in self.stages:
             s.start()
         for s in self.stages:
-            s.ready.wait()
+            while not s.ready.wait(0.1):
+                if stop is not None and stop.is_set():
+                    self.close()
+                    raise RuntimeError("stopped while loading models")
             if s.setup_error is not None:
                 self.close()
                 raise RuntimeError(f"{s.name}: {s.setup_error}")

@@ -126,3 +126,10 @@ class Gate:
         if self.scope.is_stale(stamp.generation):
             return False
         return self.turns.is_current(stamp.turn_id, stamp.revision)
+
+    def drops(self, item: object) -> bool:
+        """True when ``item`` is stale work to drop: it carries a stamp the gate no longer
+        admits and is not a lifecycle marker (``bypasses_gate = True``, e.g. an end of response)."""
+        if getattr(item, "bypasses_gate", False):
+            return False
+        return not self.admits(getattr(item, "stamp", None))

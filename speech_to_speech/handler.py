@@ -92,8 +92,7 @@ class BaseHandler(threading.Thread):
         Returns:
             True if the item was enqueued; False if it was stale or we are stopping.
         """
-        stamp = getattr(item, "stamp", None)
-        if not getattr(item, "bypasses_gate", False) and not self.gate.admits(stamp):
+        if self.gate.drops(item):
             self.dropped_stale += 1
             logger.debug("%s dropped stale %s", self.name, type(item).__name__)
             return False

@@ -137,11 +137,7 @@ class Pipeline:
             The number of queued items dropped.
         """
 
-        def stale(item: object) -> bool:
-            stamp = getattr(item, "stamp", None)
-            return stamp is not None and not getattr(item, "bypasses_gate", False) and not self.gate.admits(stamp)
-
-        dropped = sum(q.drop_where(stale) for q in self.queues)
+        dropped = sum(q.drop_where(self.gate.drops) for q in self.queues)
         sink_queue = self.sink.input_queue
         if sink_queue is not None:
             sink_queue.put_unless_stopped(Interrupt(at), self.stop_event)

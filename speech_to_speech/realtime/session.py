@@ -530,12 +530,8 @@ class RealtimeSession:
             self.llm.prefetch.discard_open(reason)
 
     def _flush(self) -> None:
-        def stale(item: object) -> bool:
-            stamp = getattr(item, "stamp", None)
-            return stamp is not None and not getattr(item, "bypasses_gate", False) and not self.gate.admits(stamp)
-
         for name in ("segments", "transcripts", "llm_out", "tts", "out"):
-            self.queues[name].drop_where(stale)
+            self.queues[name].drop_where(self.gate.drops)
         self.queues["out"].put_unless_stopped(Interrupt(time.monotonic()), self.stop_event)
 
     def _enqueue(self, item: Any) -> None:

@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
-
 from speech_to_speech.chat import to_responses_input
 from speech_to_speech.llm import (
     AssistantMessage,
@@ -100,7 +98,7 @@ class OpenAICompatibleHandler(BaseLLMHandler):
         self.client = openai.OpenAI(
             api_key=api_key,
             base_url=cfg.responses_api_base_url or None,
-            timeout=httpx.Timeout(total, connect=min(10.0, total)),
+            timeout=openai.Timeout(total, connect=min(10.0, total)),
             max_retries=0,  # a retry would double the wait; the user is listening
         )
         self.extra_body = build_extra_body(cfg.responses_api_base_url, cfg.reasoning_effort)
@@ -120,7 +118,7 @@ class OpenAICompatibleHandler(BaseLLMHandler):
                     stream.close()
             else:
                 yield from self._iter_response_events(self._request(request, stream=False))
-        except (self._openai.APITimeoutError, httpx.TimeoutException) as exc:
+        except self._openai.APITimeoutError as exc:
             raise ProviderTimeout(f"no answer within {self.config.request_timeout_s:g} s") from exc
 
     def _sampling(self, request: LLMRequest) -> dict[str, Any]:

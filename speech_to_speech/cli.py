@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from speech_to_speech.registry import REGISTRY, STAGES
 
 #: the embedded, offline defaults
-DEFAULT_BACKENDS = {"vad": "silero", "stt": "faster-whisper", "llm": "transformers", "tts": "piper"}
+DEFAULT_BACKENDS = {"vad": "silero", "stt": "faster-whisper", "llm": "llama-cpp", "tts": "piper"}
 
 
 class ConfigError(ValueError):

@@ -172,6 +172,19 @@ class LLMConfig:
 
 
 @dataclass
+class LlamaCppConfig(LLMConfig):
+    """Settings of the in-process ``llama-cpp`` backend.
+
+    Attributes:
+        llm_threads: threads for generation and prompt processing (0 = every core, at most 4).
+        llm_context: context window, tokens (history beyond it is not kept anyway: see history_turns).
+    """
+
+    llm_threads: int = 0
+    llm_context: int = 4096
+
+
+@dataclass
 class OpenAICompatibleConfig(LLMConfig):
     """Connection settings shared by ``responses-api`` and ``chat-completions``.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from speech_to_speech.llm import LLMConfig, OpenAICompatibleConfig
+from speech_to_speech.llm import LlamaCppConfig, LLMConfig, OpenAICompatibleConfig
 from speech_to_speech.stt import STTConfig
 from speech_to_speech.tts import TTSConfig
 from speech_to_speech.vad import VADConfig
@@ -101,11 +101,20 @@ register(
 )
 register(
     Backend(
+        "llama-cpp",
+        "llm",
+        LlamaCppConfig,
+        "handlers.llm.llama_cpp_llm:LlamaCppLLMHandler",
+        summary="llama.cpp in process (embedded Qwen2.5-Coder-0.5B-Instruct Q4_K_M)",
+    )
+)
+register(
+    Backend(
         "transformers",
         "llm",
         LLMConfig,
         "handlers.llm.transformers_llm:TransformersLLMHandler",
-        summary="Hugging Face transformers (embedded SmolLM2-135M-Instruct)",
+        summary="Hugging Face transformers (the embedded model, converted once to safetensors)",
     )
 )
 register(

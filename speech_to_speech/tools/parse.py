@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, Union, get_args, get_origin
 
+from speech_to_speech.tools.json_calls import parse_json_calls
 from speech_to_speech.tools.prompt import CODE_CLOSE, CODE_OPEN, function_tool_spec
 from speech_to_speech.tools.schema import object_properties, schema_to_annotation
 
@@ -284,7 +285,9 @@ def extract_calls(parts: Iterable[Part], tools: list[dict[str, Any]]) -> Iterato
 
     Args:
         parts: ``("text", s)`` / ``("code", source)`` parts, e.g. from
-            :class:`CodeBlockExtractor`.
+            :class:`CodeBlockExtractor`, or ``("json", payload)`` parts from
+            :class:`~speech_to_speech.tools.json_calls.JsonCallExtractor` (a payload
+            that is not a tool call is passed on as text).
         tools: function tools, ``{"type": "function", "name", "description", "parameters"}``.
 
     Yields:
@@ -298,6 +301,16 @@ def extract_calls(parts: Iterable[Part], tools: list[dict[str, Any]]) -> Iterato
         if spec is not None:
             by_name[spec[0]] = spec[2]
     for kind, payload in parts:
+        if kind == "json":  # from JsonCallExtractor: a candidate that is not a call is plain text
+            json_calls = parse_json_calls(payload)
+            if json_calls is None:
+                yield "text", payload
+                continue
+            for name, arguments in json_calls:
+                checked = _check_call(name, arguments, by_name)
+                if checked is not None:
+                    yield "call", checked
+            continue
         if kind != "code":
             yield kind, payload
             continue

@@ -1,0 +1,270 @@
+"""llama.cpp in process (``llama-cpp-python``): the default LLM on a CPU.
+
+The model is a GGUF file (default: the embedded Qwen2.5-Coder-0.5B-Instruct
+Q4_K_M, see :mod:`handlers.llm.embedded`). The chat is rendered with the model's
+own chat template (read from the GGUF metadata, rendered with Jinja2 in a
+sandbox), tools included: the model gets them the way it was trained to, and
+its calls are read whether it writes ``<tool_call>`` tags, a code fence or bare
+JSON (:class:`~speech_to_speech.tools.json_calls.JsonCallExtractor`).
+
+Prompt reuse: llama.cpp keeps the KV cache of the previous request and
+evaluates only the tokens after the longest common prefix. The system prompt is
+evaluated at start-up, and history is serialised the same way every turn, so a
+turn evaluates only what is new since the last one (reported in
+:attr:`LlamaCppLLMHandler.last_prompt` and at debug level).
+
+One :class:`Llama` context is shared by all sessions of a process; a lock lets
+one generation run at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from handlers.llm.embedded import resolve_gguf
+from speech_to_speech.llm import LLMRequest, LocalLLMHandler, ProviderEvent, TextDelta, Usage
+from speech_to_speech.prompts import clean_messages_for_local_model
+from speech_to_speech.shared import shared_model
+from speech_to_speech.tools.json_calls import JsonCallExtractor
+from speech_to_speech.tools.prompt import function_tool_spec
+
+logger = logging.getLogger(__name__)
+
+#: ChatML, for GGUF files that carry no chat template
+FALLBACK_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp: every core this process may use, at most 4.
+
+    On 2 cores both go to the LLM: it is on the critical path until the first
+    sentence exists, and STT (before it) and TTS (after it) mostly run while it
+    waits (measured: 2 threads 39 tokens/s, 1 thread 24 tokens/s for the embedded model).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
+@dataclass
+class PromptStats:
+    """What the last request cost: ``prompt_tokens`` in all, ``reused_tokens`` of them from the KV cache."""
+
+    prompt_tokens: int
+    reused_tokens: int
+
+    @property
+    def evaluated_tokens(self) -> int:
+        return self.prompt_tokens - self.reused_tokens
+
+
+class LlamaEngine:
+    """One loaded model: the ``llama_cpp.Llama`` context, its chat template and a lock.
+
+    Args:
+        model_path: GGUF file.
+        n_ctx: context window, tokens.
+        n_threads: threads for generation and prompt processing.
+    """
+
+    def __init__(self, model_path: str, n_ctx: int, n_threads: int) -> None:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from llama_cpp import Llama
+
+        self.llm = Llama(
+            model_path=model_path,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            n_batch=512,
+            verbose=False,
+        )
+        self.lock = threading.Lock()
+        metadata = self.llm.metadata
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise
+        self.template = env.from_string(metadata.get("tokenizer.chat_template") or FALLBACK_TEMPLATE)
+        self.bos = self._token_text(self.llm.token_bos())
+        self.eos = self._token_text(self.llm.token_eos())
+        self.add_bos = metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self.llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
+
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = True
+    ) -> str:
+        """The prompt text for ``messages`` (Chat Completions shape) and Chat-shape ``tools``."""
+        return self.template.render(
+            messages=messages,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos,
+            eos_token=self.eos,
+        )
+
+    def tokenize(self, prompt: str) -> list[int]:
+        """Token ids of ``prompt``; special tokens in it are parsed as such."""
+        add_bos = self.add_bos and not (self.bos and prompt.startswith(self.bos))
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def cached_prefix(self, tokens: list[int]) -> int:
+        """How many leading ``tokens`` the KV cache already holds (at least one is always re-evaluated)."""
+        cached = self.llm._input_ids[: self.llm.n_tokens].tolist()
+        common = 0
+        for a, b in zip(cached, tokens[:-1], strict=False):
+            if a != b:
+                break
+            common += 1
+        return common
+
+    def prefill(self, prompt: str) -> None:
+        """Evaluate ``prompt`` into the KV cache (e.g. the system prompt at start-up)."""
+        tokens = self.tokenize(prompt)
+        with self.lock:
+            reused = self.cached_prefix(tokens)
+            self.llm.n_tokens = reused
+            self.llm.eval(tokens[reused:])
+
+    def stream(
+        self,
+        tokens: list[int],
+        max_tokens: int,
+        temperature: float,
+        should_stop: Callable[[], bool],
+        on_start: Callable[[PromptStats], None],
+    ) -> Iterator[str]:
+        """Yield text pieces of the completion of ``tokens``; stop once ``should_stop()``.
+
+        Holds the engine's lock while generating; ``on_start`` receives the prompt's
+        cache statistics once the lock is held.
+        """
+        with self.lock:
+            on_start(PromptStats(len(tokens), self.cached_prefix(tokens)))
+            chunks = self.llm.create_completion(
+                prompt=tokens,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                repeat_penalty=1.1,
+                stream=True,
+            )
+            try:
+                for chunk in chunks:
+                    if should_stop():
+                        return
+                    text = chunk["choices"][0]["text"]
+                    if text:
+                        yield text
+            finally:
+                chunks.close()
+
+
+def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
+    """Jinja's ``tojson`` as chat templates expect it (no HTML escaping, Unicode kept)."""
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def _raise(message: str) -> None:
+    raise ValueError(f"chat template: {message}")
+
+
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flat Responses-shape function tools → the nested Chat shape chat templates take."""
+    nested = []
+    for tool in tools:
+        spec = function_tool_spec(tool)
+        if spec is not None:
+            name, description, parameters = spec
+            nested.append(
+                {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+            )
+    return nested
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as chat templates expect them: tool-call arguments as objects, not strings."""
+    shaped = []
+    for message in clean_messages_for_local_model(messages):
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = dict(call.get("function", {}))
+                try:
+                    function["arguments"] = json.loads(function.get("arguments") or "{}")
+                except (TypeError, json.JSONDecodeError):
+                    function["arguments"] = {}
+                calls.append({**call, "function": function})
+            message = {**message, "tool_calls": calls, "content": message.get("content") or ""}
+        elif message.get("content") is None:
+            message = {**message, "content": ""}
+        shaped.append(message)
+    return shaped
+
+
+class LlamaCppLLMHandler(LocalLLMHandler):
+    """Streams replies from a GGUF model with llama.cpp, reusing the cached prompt prefix.
+
+    Attributes:
+        last_prompt: token statistics of the latest request (None before the first).
+    """
+
+    native_tools = True  # tools go through the model's own chat template
+
+    def load(self) -> None:
+        path = resolve_gguf(self.config.llm_model, lambda message: logger.info("%s", message))
+        threads = getattr(self.config, "llm_threads", 0) or default_threads()
+        n_ctx = getattr(self.config, "llm_context", 4096)
+        self.engine: LlamaEngine = shared_model(
+            ("llama-cpp", str(path), n_ctx, threads), lambda: LlamaEngine(str(path), n_ctx, threads)
+        )
+        self.last_prompt: PromptStats | None = None
+        # the system prompt of a plain spoken reply goes into the KV cache now, not on the first turn
+        system = {"role": "system", "content": self.system_prompt(True, None)}
+        self.engine.prefill(self.engine.render([system], None, add_generation_prompt=False))
+
+    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
+        tools = chat_tools(request.tools) if request.tool_choice != "none" else []
+        prompt = self.engine.render(template_messages(request.chat_messages()), tools)
+        tokens = self.engine.tokenize(prompt)
+        started = time.monotonic()
+
+        def on_start(stats: PromptStats) -> None:
+            self.last_prompt = stats
+            logger.debug(
+                "%s: prompt %d tokens, %d from the KV cache, %d evaluated (waited %.0f ms for the engine)",
+                self.name,
+                stats.prompt_tokens,
+                stats.reused_tokens,
+                stats.evaluated_tokens,
+                (time.monotonic() - started) * 1000,
+            )
+
+        pieces = self.engine.stream(tokens, request.max_output_tokens, request.temperature, should_stop, on_start)
+        reply: list[str] = []
+        if not tools:
+            for text in pieces:
+                reply.append(text)
+                yield TextDelta(text)
+        else:
+            extractor = JsonCallExtractor()
+            for text in pieces:
+                reply.append(text)
+                yield from self._tool_events(extractor.feed(text), request.tools)
+            yield from self._tool_events(extractor.flush(), request.tools)
+        completion = self.engine.llm.tokenize("".join(reply).encode("utf-8"), add_bos=False) if reply else []
+        yield Usage(len(tokens), len(completion))

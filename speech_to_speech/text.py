@@ -6,6 +6,12 @@ Punkt tables are a separate download, so to work offline out of the box we
 build the tokenizer from parameters: a list of common English abbreviations
 written for this project. CJK sentence-final punctuation, which Punkt does not
 know, is split on as well.
+
+Splitting happens here, once: :class:`SentenceStreamer` decides every chunk
+the TTS stage receives (the TTS stage speaks each chunk as it comes and never
+re-splits it). Only the first chunk of a reply may end before a sentence does,
+at a clause boundary (see :func:`first_clause_end`), so that speech starts as
+early as possible.
 """
 
 from __future__ import annotations
@@ -35,6 +41,19 @@ _MARKDOWN_RUN = re.compile(r"(\*{1,3}|_{2,3}|`{1,3}|~~|^#{1,6}\s*|^\s*[-*+]\s+|^
 _SPACES = re.compile(r"[ \t]{2,}")
 _CJK_SPLIT = re.compile(r"(?<=[。！？])")
 _HAS_WORD = re.compile(r"\w", re.UNICODE)
+#: a clause boundary: ``,`` ``;`` ``:`` (perhaps closing a quote or bracket) followed by
+#: whitespace, a spaced hyphen or double hyphen, or an em/en dash followed by anything.
+#: The whitespace (or next character) must already have arrived, so a streamed "1," of
+#: "1,000" or "3:" of "3:30" is never a boundary.
+_CLAUSE_END = re.compile(r"[,;:][\"')\]]*(?=\s)|(?<=\s)--?(?=\s)|[\u2014\u2013](?=.)", re.DOTALL)
+
+#: words a reply's first chunk needs before it may end at a clause boundary. Four words
+#: are about 1.2 s of speech for the default voice (Piper "joe" speaks ~3.3 words/s), long
+#: enough to cover producing the next chunk (Qwen2.5-0.5B on 2 cores writes ~15-25 tokens/s,
+#: Piper synthesises at ~0.06x real time), so the first chunk plays without a gap after it;
+#: fewer words ("Sure,", "Well, yes,") would be cut off into a stutter, and the first audio
+#: would come only ~100 ms sooner (Piper's cost per chunk is mostly per word).
+FIRST_CLAUSE_MIN_WORDS = 4
 
 
 def remove_unspeakable(text: str) -> str:
@@ -80,28 +99,65 @@ def split_sentences(text: str) -> list[str]:
     return sentences
 
 
+def _word_count(text: str) -> int:
+    return sum(1 for word in text.split() if is_speakable(word))
+
+
+def first_clause_end(text: str, min_words: int = FIRST_CLAUSE_MIN_WORDS) -> int | None:
+    """Where the first chunk of a reply may end early: just after a clause boundary.
+
+    The boundary is the earliest ``,`` ``;`` ``:`` or dash (see :data:`_CLAUSE_END`)
+    with at least ``min_words`` words before it and no sentence end before it (if a
+    sentence ends first, that sentence is the first chunk). Digits around ``,`` or
+    ``:`` ("1,000", "3:30") never qualify, since the boundary needs whitespace after it.
+
+    Returns:
+        The index in ``text`` just after the boundary, or None.
+    """
+    if min_words < 1:
+        return None
+    for match in _CLAUSE_END.finditer(text):
+        head = text[: match.end()]
+        if len(split_sentences(head)) > 1:
+            return None
+        if _word_count(head) >= min_words:
+            return match.end()
+    return None
+
+
 class SentenceStreamer:
-    """Turns a stream of text deltas into complete sentences as early as possible.
+    """Turns a stream of text deltas into chunks for TTS as early as possible.
+
+    The first chunk of a reply is released alone and at once: the first clause of
+    at least ``first_clause_words`` words (ended by a comma, semicolon, colon or
+    dash, see :func:`first_clause_end`) or else the first complete sentence,
+    whichever is ready first. Every later chunk is a batch of ``batch_sentences``
+    complete sentences (the rest of a clipped first sentence counts as one).
 
     The last sentence Punkt finds may be unfinished, so it stays buffered (with
     its trailing whitespace) until more text arrives or :meth:`flush` is called.
 
     Args:
-        batch_sentences: sentences per batch after the first; the first complete
-            sentence is always released alone, at once, to cut time to first audio.
+        batch_sentences: sentences per batch after the first chunk.
+        first_clause_words: words the first chunk needs before it may end at a clause
+            boundary; 0 keeps the first chunk a whole sentence.
     """
 
-    def __init__(self, batch_sentences: int = 1) -> None:
+    def __init__(self, batch_sentences: int = 1, first_clause_words: int = FIRST_CLAUSE_MIN_WORDS) -> None:
         if batch_sentences < 1:
             raise ValueError("batch_sentences must be >= 1")
         self.batch_sentences = batch_sentences
+        self.first_clause_words = first_clause_words
         self._buffer = ""
         self._batch: list[str] = []
         self._sent_first = False
 
     def push(self, delta: str) -> Iterator[str]:
-        """Add ``delta``; yield batches of complete sentences (joined with spaces)."""
+        """Add ``delta``; yield chunks: the first clause or sentence, then sentence batches."""
         self._buffer += delta
+        if not self._sent_first and (cut := first_clause_end(self._buffer, self.first_clause_words)):
+            head, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:].lstrip()
+            yield from self._add(head)
         sentences = split_sentences(self._buffer)
         if len(sentences) < 2:
             return

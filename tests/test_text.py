@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable, split_sentences
+from speech_to_speech.text import (
+    SentenceStreamer,
+    WordStreamer,
+    first_clause_end,
+    is_speakable,
+    remove_unspeakable,
+    split_sentences,
+)
 
 # -- remove_unspeakable -----------------------------------------------------------------------
 
@@ -79,9 +86,11 @@ def test_empty_text_has_no_sentences() -> None:
 # -- SentenceStreamer ------------------------------------------------------------------------------
 
 
-def stream(text_pieces: list[str], batch_sentences: int = 1) -> tuple[list[tuple[int, str]], list[str]]:
+def stream(
+    text_pieces: list[str], batch_sentences: int = 1, first_clause_words: int = 4
+) -> tuple[list[tuple[int, str]], list[str]]:
     """Push every piece; return (index of piece when released, batch) pairs and the flushed batches."""
-    streamer = SentenceStreamer(batch_sentences)
+    streamer = SentenceStreamer(batch_sentences, first_clause_words)
     released = [(i, batch) for i, piece in enumerate(text_pieces) for batch in streamer.push(piece)]
     return released, list(streamer.flush())
 
@@ -159,6 +168,93 @@ def test_nothing_lost_cjk(split: str) -> None:
     out = [batch for _, batch in released] + flushed
     assert out[0] == "你好。"
     assert "".join("".join(out).split()) == "".join(text.split())
+
+
+# -- the first chunk may end at a clause boundary ----------------------------------------------
+
+
+def chunks(text: str, split: str = "words", batch_sentences: int = 2, first_clause_words: int = 4) -> list[str]:
+    pieces = tokens(text) if split == "words" else list(text)
+    released, flushed = stream(pieces, batch_sentences, first_clause_words)
+    return [batch for _, batch in released] + flushed
+
+
+def test_first_clause_released_as_soon_as_the_space_after_its_comma_arrives() -> None:
+    pieces = tokens("Paris is the capital of France, and it is known for its museums. It is lovely.")
+    released, flushed = stream(pieces, batch_sentences=2)
+    assert released[0] == (pieces.index(" and"), "Paris is the capital of France,")
+    # the rest of the clipped sentence counts as one sentence of the next batch
+    assert [batch for _, batch in released[1:]] + flushed == ["and it is known for its museums. It is lovely."]
+
+
+@pytest.mark.parametrize("split", ["words", "chars"])
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("A spider has eight legs; insects have six. Both are small.", "A spider has eight legs;"),
+        ("Here is the simple answer: eight legs. Spiders are arachnids.", "Here is the simple answer:"),
+        ("Spiders have eight legs - insects have six. Both are small.", "Spiders have eight legs -"),
+        ("Spiders have eight legs -- insects have six. Both are small.", "Spiders have eight legs --"),
+        ("Spiders have eight legs\u2014insects have six. Both are small.", "Spiders have eight legs\u2014"),
+        ("Spiders have eight legs \u2013 insects have six. Both are small.", "Spiders have eight legs \u2013"),
+        ('"Spiders have eight legs," she said. Yes.', '"Spiders have eight legs,"'),
+        ("(Spiders have eight legs), she said. Yes.", "(Spiders have eight legs),"),
+    ],
+)  # fmt: skip
+def test_clause_boundaries(text: str, first: str, split: str) -> None:
+    out = chunks(text, split)
+    assert out[0] == first
+    # nothing lost (a dash between two words may gain a space)
+    assert "".join("".join(out).split()) == "".join(text.split())
+
+
+@pytest.mark.parametrize("split", ["words", "chars"])
+def test_numbers_are_not_clause_boundaries(split: str) -> None:
+    out = chunks("The big show costs 1,000 dollars and starts at 3:30 today, so come early. See you.", split)
+    assert out[0] == "The big show costs 1,000 dollars and starts at 3:30 today,"
+    assert chunks("The meeting starts at 3:30 sharp. Be there.", split)[0] == "The meeting starts at 3:30 sharp."
+    assert chunks("We sold 12,500,000 copies in 2024. Wow.", split)[0] == "We sold 12,500,000 copies in 2024."
+
+
+@pytest.mark.parametrize("split", ["words", "chars"])
+def test_too_short_a_clause_waits_for_the_next_boundary_or_the_sentence(split: str) -> None:
+    assert chunks("Sure, I can help with that. What is it?", split) == ["Sure, I can help with that.", "What is it?"]
+    out = chunks("Well, yes, spiders have eight legs, and insects six. Ok.", split)
+    assert out[0] == "Well, yes, spiders have eight legs,"
+
+
+def test_hyphenated_words_are_not_dashes() -> None:
+    assert chunks("A well-known fact-checker says so. Yes.")[0] == "A well-known fact-checker says so."
+
+
+def test_only_the_first_chunk_is_a_clause() -> None:
+    text = "Paris is the capital of France, and it is old, big, and lovely. Rome is old too, very old. Yes."
+    assert chunks(text, batch_sentences=1) == [
+        "Paris is the capital of France,",
+        "and it is old, big, and lovely.",
+        "Rome is old too, very old.",
+        "Yes.",
+    ]
+
+
+def test_a_sentence_that_ends_first_is_the_first_chunk() -> None:
+    out = chunks("Hi there. Paris is the capital of France, and it is lovely. Yes.", batch_sentences=3)
+    assert out == ["Hi there.", "Paris is the capital of France, and it is lovely. Yes."]
+
+
+def test_clause_rule_can_be_turned_off() -> None:
+    text = "Paris is the capital of France, and it is lovely. Yes."
+    assert chunks(text, first_clause_words=0) == ["Paris is the capital of France, and it is lovely.", "Yes."]
+
+
+def test_first_clause_end_positions() -> None:
+    assert first_clause_end("One two three four, five") == len("One two three four,")
+    assert first_clause_end("One two three four,") is None  # the space after the comma has not arrived
+    assert first_clause_end("One two three, four") is None
+    assert first_clause_end("One two three, four five six seven, eight", min_words=6) == len(
+        "One two three, four five six seven,"
+    )
+    assert first_clause_end("Hi. One two three four, five") is None
 
 
 # -- word re-chunking for streaming-text TTS ----------------------------------------------

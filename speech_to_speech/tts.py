@@ -12,7 +12,6 @@ import numpy as np
 from speech_to_speech.cancel import Stamp
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import AudioOutput, EndOfResponse, TTSInput
-from speech_to_speech.text import split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +32,12 @@ class TTSConfig:
 class BaseTTSHandler(BaseHandler):
     """Consumes :class:`TTSInput`, emits :class:`AudioOutput` chunks.
 
-    Text is synthesised a sentence at a time; each chunk carries the words
-    whose (estimated) start falls inside it, so sinks can show and record
-    exactly the words that were played.
+    Each :class:`TTSInput` is synthesised whole, as the LLM stage's sentence
+    streamer cut it (:class:`~speech_to_speech.text.SentenceStreamer`: the
+    first clause or sentence of a reply alone, then sentence batches), so text
+    is split into sentences in one place only. Each audio chunk carries the
+    words whose (estimated) start falls inside it, so sinks can show and
+    record exactly the words that were played.
 
     Every other message (:class:`EndOfResponse`, text deltas, tool calls) is
     passed on unchanged, in order with the audio around it.
@@ -74,28 +76,27 @@ class BaseTTSHandler(BaseHandler):
         if not self.gate.admits(item.stamp):
             return
         chunk = max(1, self.sample_rate * self.config.tts_chunk_ms // 1000)
-        for sentence in split_sentences(item.text) or [item.text]:
+        # the LLM's sentence streamer already cut the text into the chunks to speak (the first
+        # clause or sentence alone, then sentence batches): speak each as it is, never re-split
+        parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in self.synthesize(item.text)]
+        audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        if not len(audio):
+            return
+        words = self._words(item.stamp, item.text)
+        for start in range(0, len(audio), chunk):
             if not self.gate.admits(item.stamp):
                 return
-            parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in self.synthesize(sentence)]
-            audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-            if not len(audio):
-                continue
-            words = self._words(item.stamp, sentence)
-            for start in range(0, len(audio), chunk):
-                if not self.gate.admits(item.stamp):
-                    return
-                text = "".join(w for w, at in words if start <= at * len(audio) < start + chunk)
-                yield AudioOutput(item.stamp, audio[start : start + chunk], self.sample_rate, text)
+            text = "".join(w for w, at in words if start <= at * len(audio) < start + chunk)
+            yield AudioOutput(item.stamp, audio[start : start + chunk], self.sample_rate, text)
 
-    def _words(self, stamp: Stamp, sentence: str) -> list[tuple[str, float]]:
-        """Words of ``sentence`` with their estimated start as a fraction of its audio.
+    def _words(self, stamp: Stamp, text: str) -> list[tuple[str, float]]:
+        """Words of ``text`` with their estimated start as a fraction of its audio.
 
         The estimate is proportional to characters: good enough to cut a reply
         to what was heard at chunk granularity. The first word of a response
         has no leading space; every later word has one.
         """
-        words = sentence.split()
+        words = text.split()
         total = max(1, sum(len(w) + 1 for w in words))
         out, seen = [], 0
         for word in words:

@@ -1,4 +1,4 @@
-"""The local LLM backends (transformers, mlx-lm) with the embedded SmolLM2 model."""
+"""The local LLM backends (llama-cpp, transformers, mlx-lm) with the embedded Qwen2.5-Coder-0.5B-Instruct."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import soundfile as sf
 
 from speech_to_speech.cancel import Gate
 from speech_to_speech.events import EventBus
-from speech_to_speech.llm import LLMConfig
+from speech_to_speech.llm import LlamaCppConfig
 from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
 from speech_to_speech.registry import get_backend
 
@@ -22,18 +22,19 @@ pytestmark = pytest.mark.models
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module", params=["transformers", "mlx-lm"])
+@pytest.fixture(scope="module", params=["llama-cpp", "transformers", "mlx-lm"])
 def handler(request: pytest.FixtureRequest) -> Any:
     if request.param == "mlx-lm":
         pytest.importorskip("mlx_lm", reason="install the 'mlx' extra")
-    handler_cls = get_backend("llm", request.param).load_handler_class()
+    backend = get_backend("llm", request.param)
+    handler_cls = backend.load_handler_class()
     llm = handler_cls(
         stop_event=threading.Event(),
         input_queue=None,
         output_queue=None,
         gate=Gate(),
         bus=EventBus(),
-        config=LLMConfig(max_new_tokens=200, stream_batch_sentences=1),
+        config=backend.config_cls(max_new_tokens=200, stream_batch_sentences=1),
         device="cpu",
     )
     llm.setup()
@@ -103,3 +104,53 @@ def test_mlx_lm_from_the_command_line(tmp_path: Path) -> None:
     assert "assistant:" in result.stdout
     audio, _ = sf.read(str(out), dtype="float32")
     assert np.sqrt(np.mean(audio**2)) > 0.005
+
+
+@pytest.fixture(scope="module")
+def llama() -> Any:
+    handler_cls = get_backend("llm", "llama-cpp").load_handler_class()
+    llm = handler_cls(
+        stop_event=threading.Event(),
+        input_queue=None,
+        output_queue=None,
+        gate=Gate(),
+        bus=EventBus(),
+        config=LlamaCppConfig(max_new_tokens=48),
+        device="cpu",
+    )
+    llm.setup()
+    return llm
+
+
+def test_llama_cpp_reuses_the_prompt_prefix(llama: Any) -> None:
+    """The system prompt is evaluated at start-up and each turn evaluates only what is new."""
+    llama.chat.reset()
+    list(llama.process(ask(llama, "What is the capital of France?")))
+    first = llama.last_prompt
+    # the system prompt was prefilled at setup: the first turn evaluates little more than the question
+    assert first.reused_tokens > 0.6 * first.prompt_tokens, first
+    out = list(llama.process(ask(llama, "And of Italy?")))
+    second = llama.last_prompt
+    assert second.prompt_tokens > first.prompt_tokens  # the history grew ...
+    assert second.reused_tokens >= first.prompt_tokens - 1  # ... and all of the first prompt was reused
+    assert second.evaluated_tokens < 0.5 * second.prompt_tokens, second
+    assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
+
+
+def test_llama_cpp_answers_a_simple_question_briefly(llama: Any) -> None:
+    llama.chat.reset()
+    out = list(llama.process(ask(llama, "What is the capital of France?")))
+    assert "paris" in out[-1].text.lower(), out[-1].text
+    assert len(out[-1].text.split()) <= 40
+
+
+def test_llama_cpp_model_file_is_verified(llama: Any) -> None:
+    import hashlib
+
+    from handlers.llm.embedded import EMBEDDED_SHA256, embedded_gguf
+
+    digest = hashlib.sha256()
+    with open(embedded_gguf(), "rb") as handle:
+        while block := handle.read(8 << 20):
+            digest.update(block)
+    assert digest.hexdigest() == EMBEDDED_SHA256

@@ -237,7 +237,7 @@ def instrument_events(handler: Any, probe: TurnProbe) -> None:
     in place of the backend's method; events pass through unchanged and the inner
     generator is closed when the wrapper is.
     """
-    from speech_to_speech.llm import LLMRequest, ProviderEvent, TextDelta
+    from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta
 
     original: Callable[[LLMRequest, Callable[[], bool]], Iterator[ProviderEvent]] = handler.events
 
@@ -325,7 +325,7 @@ def run_turn(handler: Any, gate: Any, probe: TurnProbe, prompt: str, tokenizer_f
 
 def build_config(spec: ChildSpec, config_cls: type) -> Any:
     """The backend's config dataclass filled from ``spec``."""
-    from speech_to_speech.llm import OpenAICompatibleConfig
+    from speech_to_speech.llm_api import OpenAICompatibleConfig
 
     kwargs: dict[str, Any] = {"llm_model": spec.llm_model, "max_new_tokens": spec.max_new_tokens}
     if issubclass(config_cls, OpenAICompatibleConfig):

@@ -210,7 +210,7 @@ def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
     """Ask every :data:`CASES` prompt in every mode; returns the graded results."""
     from speech_to_speech.cancel import Gate
     from speech_to_speech.events import EventBus
-    from speech_to_speech.llm import LLMConfig
+    from speech_to_speech.llm_api import LLMConfig
     from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
     from speech_to_speech.registry import get_backend
 

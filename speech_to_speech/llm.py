@@ -32,6 +32,17 @@ from speech_to_speech.cancel import Stamp
 from speech_to_speech.chat import Chat, to_chat_messages
 from speech_to_speech.events import AssistantText, Event, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
 from speech_to_speech.handler import BaseHandler
+from speech_to_speech.llm_api import (
+    AssistantMessage,
+    EmptyRequestError,
+    LLMConfig,
+    LLMRequest,
+    ProviderEvent,
+    ProviderTimeout,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
 from speech_to_speech.messages import (
     EndOfResponse,
     FunctionOutput,
@@ -51,12 +62,10 @@ from speech_to_speech.prompts import (
     INTERRUPTION_MARKER,
     build_text_system_prompt,
     build_voice_system_prompt,
-    clean_messages_for_local_model,
     language_name,
 )
 from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
-from speech_to_speech.tools.parse import CodeBlockExtractor, extract_calls
-from speech_to_speech.tools.prompt import CODE_CLOSE, CODE_OPEN, build_tool_prompt
+from speech_to_speech.tools.prompt import build_tool_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -64,146 +73,6 @@ logger = logging.getLogger(__name__)
 FAILURE_FALLBACK = "Sorry, I'm having trouble responding right now. Please try again."
 #: spoken when the provider does not answer in time
 TIMEOUT_APOLOGY = "Sorry, I'm a bit slow right now. Could you say that again?"
-
-
-# -- provider events ------------------------------------------------------------------
-@dataclass
-class TextDelta:
-    """A piece of assistant text, always raw: filtering is the base class's job."""
-
-    text: str
-
-
-@dataclass
-class AssistantMessage:
-    """The whole assistant text of the response, as the provider reports it (for history)."""
-
-    text: str
-
-
-@dataclass
-class ToolCall:
-    """One complete function call; ``call_id`` is unique within the conversation."""
-
-    call_id: str
-    name: str
-    arguments: str
-
-
-@dataclass
-class Usage:
-    """Token counts of one response."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-ProviderEvent = TextDelta | AssistantMessage | ToolCall | Usage
-
-
-def new_call_id() -> str:
-    """A fresh function-call id, so outputs pair with calls whatever the model or provider sent."""
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-class ProviderTimeout(Exception):
-    """The provider did not answer within the request timeout."""
-
-
-class EmptyRequestError(ValueError):
-    """A request with nothing to answer (providers reject it)."""
-
-
-@dataclass
-class LLMRequest:
-    """Everything a backend needs for one response.
-
-    Attributes:
-        system_prompt: the full system message.
-        items: conversation items (see :mod:`speech_to_speech.chat`), oldest first.
-        tools: function tools in the flat Responses shape (``{"type": "function", "name", ...}``).
-        tool_choice: "auto", "required" or "none".
-        wants_audio: whether the reply will be spoken.
-        max_output_tokens: cap on generated tokens.
-        temperature: 0 = greedy.
-    """
-
-    system_prompt: str
-    items: list[dict[str, Any]]
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: str = "auto"
-    wants_audio: bool = True
-    max_output_tokens: int = 96
-    temperature: float = 0.0
-
-    def chat_messages(self) -> list[dict[str, Any]]:
-        """The request as OpenAI Chat Completions messages (system first)."""
-        return to_chat_messages(self.system_prompt, self.items)
-
-
-@dataclass
-class LLMConfig:
-    """Settings shared by every LLM backend.
-
-    Attributes:
-        llm_model: model folder, file or hub id ("" = the backend's embedded default).
-        system_prompt: session instructions (the persona); voice rules are added around it.
-        max_new_tokens: cap on generated tokens per response.
-        temperature: sampling temperature; 0 means greedy decoding.
-        history_turns: user turns kept in the conversation history.
-        compact_history: summarise old turns in the background instead of dropping them.
-        stream_batch_sentences: sentences per TTS batch after the first.
-        language: "auto" passes the STT's detected language to the prompt.
-        audio_history_turns: user turns whose audio stays in history (older audio becomes text).
-        stream_words: send speech to TTS word by word (engines that take streaming text)
-            instead of sentence by sentence.
-    """
-
-    llm_model: str = ""
-    system_prompt: str = ""
-    max_new_tokens: int = 96
-    temperature: float = 0.0
-    history_turns: int = 8
-    compact_history: bool = False
-    stream_batch_sentences: int = 2
-    language: str = "en"
-    audio_history_turns: int = 1
-    stream_words: bool = False
-
-
-@dataclass
-class LlamaCppConfig(LLMConfig):
-    """Settings of the in-process ``llama-cpp`` backend.
-
-    Attributes:
-        llm_threads: threads for generation and prompt processing (0 = every core, at most 4).
-        llm_context: context window, tokens (history beyond it is not kept anyway: see history_turns).
-    """
-
-    llm_threads: int = 0
-    llm_context: int = 4096
-
-
-@dataclass
-class OpenAICompatibleConfig(LLMConfig):
-    """Connection settings shared by ``responses-api`` and ``chat-completions``.
-
-    Attributes:
-        model_name: the provider's model id.
-        responses_api_base_url: endpoint base URL ("" = the official OpenAI API).
-        responses_api_api_key: API key ("" = ``$OPENAI_API_KEY``; loopback URLs get "none").
-        responses_api_stream: stream the response (False = one blocking request).
-        request_timeout_s: request timeout, s (each read may take this long; no retries);
-            the connect timeout is ``min(10, request_timeout_s)``.
-        reasoning_effort: sent as ``reasoning_effort`` to non-OpenAI endpoints when set.
-    """
-
-    model_name: str = "gpt-4.1-mini"
-    responses_api_base_url: str = ""
-    responses_api_api_key: str = ""
-    responses_api_stream: bool = True
-    request_timeout_s: float = 20.0
-    reasoning_effort: str = ""
 
 
 @dataclass
@@ -649,88 +518,3 @@ class _HiddenResponse:
     def _drain(self) -> None:
         for item in self.stream:
             self.llm.emit(item)
-
-
-class LocalLLMHandler(BaseLLMHandler):
-    """Base of in-process models (transformers, mlx-lm): they only stream text.
-
-    The request is turned into chat messages that plain chat templates accept
-    (tool calls written back as ``<code>`` blocks, tool results as user
-    messages), cleaned (see :func:`~speech_to_speech.prompts.clean_messages_for_local_model`)
-    and passed to :meth:`stream`. Tools are described in the system prompt; the
-    model writes ``<code>name(arg="value")</code>`` blocks, which are parsed
-    (never evaluated) into :class:`ToolCall` events, while the text around them
-    is streamed as usual.
-    """
-
-    native_tools = False
-
-    def stream(
-        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
-    ) -> Iterator[str]:
-        """Yield raw text pieces of the reply to ``messages``; stop once ``should_stop()``."""
-        raise NotImplementedError
-
-    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
-        messages = clean_messages_for_local_model(_plain_chat(request.chat_messages()))
-        deltas = self.stream(messages, should_stop, request.max_output_tokens)
-        tools = request.tools if request.tool_choice != "none" else []
-        reply: list[str] = []
-        if not tools:
-            for text in deltas:
-                reply.append(text)
-                yield TextDelta(text)
-        else:
-            extractor = CodeBlockExtractor(text_mode=not request.wants_audio)
-            for text in deltas:
-                reply.append(text)
-                yield from self._tool_events(extractor.feed(text), tools)
-            yield from self._tool_events(extractor.flush(), tools)
-        usage = self.count_usage(messages, "".join(reply))
-        if usage is not None:
-            yield usage
-
-    def count_usage(self, messages: list[dict[str, Any]], reply: str) -> Usage | None:
-        """Token counts with the model's tokenizer (``self.tokenizer``), or None if unknown."""
-        tokenizer = getattr(self, "tokenizer", None)
-        if tokenizer is None:
-            return None
-        try:
-            prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            ids = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
-            return Usage(len(ids), len(tokenizer.encode(reply, add_special_tokens=False)) if reply else 0)
-        except Exception:  # counting is best effort; never fail a reply over it
-            logger.debug("%s: token counting failed", self.name, exc_info=True)
-            return None
-
-    @staticmethod
-    def _tool_events(parts: list[tuple[str, str]], tools: list[dict[str, Any]]) -> Iterator[ProviderEvent]:
-        for kind, value in extract_calls(parts, tools):
-            if kind == "text":
-                yield TextDelta(value)
-            else:
-                name, arguments = value
-                yield ToolCall(new_call_id(), name, arguments)
-
-
-def _plain_chat(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages without tool fields, for chat templates that know only user and assistant."""
-    plain = []
-    for message in messages:
-        if message.get("tool_calls"):
-            calls = []
-            for call in message["tool_calls"]:
-                function = call.get("function", {})
-                try:
-                    arguments = json.loads(function.get("arguments") or "{}")
-                except json.JSONDecodeError:
-                    arguments = {}
-                args = ", ".join(f"{k}={v!r}" for k, v in arguments.items()) if isinstance(arguments, dict) else ""
-                calls.append(f"{CODE_OPEN}{function.get('name', '')}({args}){CODE_CLOSE}")
-            text = ((message.get("content") or "") + " " + " ".join(calls)).strip()
-            plain.append({"role": "assistant", "content": text})
-        elif message.get("role") == "tool":
-            plain.append({"role": "user", "content": f"[tool result] {message.get('content', '')}"})
-        else:
-            plain.append({"role": message["role"], "content": message.get("content") or ""})
-    return plain

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from speech_to_speech.llm import LlamaCppConfig, LLMConfig, OpenAICompatibleConfig
+from speech_to_speech.llm_api import LlamaCppConfig, LLMConfig, OpenAICompatibleConfig
 from speech_to_speech.stt import STTConfig
 from speech_to_speech.tts import TTSConfig
 from speech_to_speech.vad import VADConfig

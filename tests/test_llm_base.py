@@ -18,14 +18,9 @@ import pytest
 from speech_to_speech.cancel import Gate, Stamp
 from speech_to_speech.chat import Chat
 from speech_to_speech.events import AssistantText, Event, EventBus, FirstToken, ResponseStarted, UserTranscript
-from speech_to_speech.llm import (
-    FAILURE_FALLBACK,
-    TIMEOUT_APOLOGY,
-    BaseLLMHandler,
-    LLMConfig,
-    LocalLLMHandler,
-    ProviderTimeout,
-)
+from speech_to_speech.llm import FAILURE_FALLBACK, TIMEOUT_APOLOGY, BaseLLMHandler
+from speech_to_speech.llm_api import LLMConfig, ProviderTimeout
+from speech_to_speech.local_llm import LocalLLMHandler
 from speech_to_speech.messages import (
     EndOfResponse,
     FunctionOutput,

@@ -14,7 +14,7 @@ import soundfile as sf
 
 from speech_to_speech.cancel import Gate
 from speech_to_speech.events import EventBus
-from speech_to_speech.llm import LlamaCppConfig
+from speech_to_speech.llm_api import LlamaCppConfig
 from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
 from speech_to_speech.registry import get_backend
 

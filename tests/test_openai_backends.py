@@ -3,7 +3,7 @@
 * ``responses-api`` talks, through the real ``openai`` SDK, to the scriptable
   /v1/responses server of :mod:`tests.responses_server` (real SSE event shapes).
 * ``chat-completions`` talks to a real llama.cpp server (llama-cpp-python's
-  ``llama_cpp.server``) serving the embedded SmolLM2 GGUF; these tests, and the
+  ``llama_cpp.server``) serving the embedded Qwen2.5-Coder-0.5B GGUF; these tests, and the
   end-to-end run of ``s2s_pipeline.py`` against it, are marked ``models``.
 
 The handlers are driven the way the pipeline drives them: built with a gate and
@@ -40,7 +40,8 @@ from handlers.llm.openai_compatible import (
 )
 from speech_to_speech.cancel import Gate
 from speech_to_speech.events import EventBus
-from speech_to_speech.llm import FAILURE_FALLBACK, TIMEOUT_APOLOGY, OpenAICompatibleConfig
+from speech_to_speech.llm import FAILURE_FALLBACK, TIMEOUT_APOLOGY
+from speech_to_speech.llm_api import OpenAICompatibleConfig
 from speech_to_speech.messages import EndOfResponse, TextOutput, ToolCallRequest, Transcript, TTSInput
 from speech_to_speech.text import is_speakable
 from tests.responses_server import Call, Reply, ResponsesServer, Text
@@ -154,7 +155,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(embedded_gguf()),
         "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "2048", "--model_alias", "smollm2",
+        "--n_ctx", "2048", "--model_alias", "qwen",
     ]  # fmt: skip
     base_url = f"http://127.0.0.1:{port}/v1"
     with open(log_path, "wb") as log:
@@ -522,7 +523,7 @@ def test_barge_in_mid_stream_ends_once_and_writes_nothing(server: ResponsesServe
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "blocking"])
 def test_chat_completions_llama_speaks(llama_server: str, stream: bool) -> None:
     handler = make_handler(
-        ChatCompletionsHandler, llama_server, model="smollm2", responses_api_stream=stream, max_new_tokens=64
+        ChatCompletionsHandler, llama_server, model="qwen", responses_api_stream=stream, max_new_tokens=64
     )
     out = ask(handler, "What is the capital of France?")
     end = check_response(out)
@@ -550,7 +551,7 @@ def test_chat_completions_llama_speaks(llama_server: str, stream: bool) -> None:
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "blocking"])
 def test_chat_completions_llama_text_only(llama_server: str, stream: bool) -> None:
     handler = make_handler(
-        ChatCompletionsHandler, llama_server, model="smollm2", responses_api_stream=stream, max_new_tokens=48
+        ChatCompletionsHandler, llama_server, model="qwen", responses_api_stream=stream, max_new_tokens=48
     )
     out = ask(handler, "Name three colours.", wants_audio=False)
     end = check_response(out)
@@ -583,7 +584,7 @@ def test_pipeline_end_to_end_with_llama_server(llama_server: str, tmp_path: Path
             "--input_text", "Say hello.",
             "--llm_backend", "chat-completions",
             "--responses_api_base_url", llama_server,
-            "--model_name", "smollm2",
+            "--model_name", "qwen",
             "--output_audio", str(wav),
             "--transcript", str(transcript),
         ],

@@ -35,7 +35,9 @@ from openai import AsyncOpenAI
 
 from speech_to_speech.cancel import Gate
 from speech_to_speech.events import AssistantText, Event, EventBus, ResponseStarted
-from speech_to_speech.llm import FAILURE_FALLBACK, LlamaCppConfig, LLMConfig, LocalLLMHandler, new_call_id
+from speech_to_speech.llm import FAILURE_FALLBACK
+from speech_to_speech.llm_api import LlamaCppConfig, LLMConfig, new_call_id
+from speech_to_speech.local_llm import LocalLLMHandler
 from speech_to_speech.messages import (
     EndOfResponse,
     FunctionOutput,

@@ -19,6 +19,7 @@ one generation run at a time.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from handlers.llm.embedded import resolve_gguf
-from speech_to_speech.llm import LLMRequest, LocalLLMHandler, ProviderEvent, TextDelta, Usage
+from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta, Usage
+from speech_to_speech.local_llm import LocalLLMHandler
 from speech_to_speech.prompts import clean_messages_for_local_model
 from speech_to_speech.shared import shared_model
 from speech_to_speech.tools.json_calls import JsonCallExtractor
@@ -91,6 +93,9 @@ class LlamaEngine:
             n_batch=512,
             verbose=False,
         )
+        # free the native model before interpreter shutdown tears down the binding's globals
+        # (its __del__ fails then, printing a traceback at every exit)
+        atexit.register(self.llm.close)
         self.lock = threading.Lock()
         metadata = self.llm.metadata
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)

@@ -20,9 +20,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from speech_to_speech.chat import to_responses_input
-from speech_to_speech.llm import (
+from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.llm_api import (
     AssistantMessage,
-    BaseLLMHandler,
     LLMRequest,
     OpenAICompatibleConfig,
     ProviderEvent,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from handlers.llm.embedded import resolve_model
-from speech_to_speech.llm import LocalLLMHandler
+from speech_to_speech.local_llm import LocalLLMHandler
 from speech_to_speech.shared import shared_model
 
 logger = logging.getLogger(__name__)

@@ -3,8 +3,10 @@
 
 Two parts (``--part accuracy``, ``--part prefetch`` or both, the default):
 
-**(a) accuracy** of the local tool path: the ``transformers`` backend with its embedded default
-model (SmolLM2-135M-Instruct; ``--llm_model`` picks another) and the sample tools of
+**(a) accuracy** of the local tool path: a local backend (``--llm_backend``, default the default
+``llama-cpp``, which offers tools through the model's own chat template and reads JSON calls;
+``transformers``/``mlx-lm`` use ``<code>`` blocks) with its embedded default model
+(Qwen2.5-Coder-0.5B-Instruct; ``--llm_model`` picks another) and the sample tools of
 ``scripts/sample_tools.py`` (``get_time``, ``add``), on a fixed set of prompts: ten that need a tool
 and three that must not call one. Each prompt is a fresh conversation, answered in voice mode
 (the voice system prompt) and, with ``--modes voice,text``, also in text mode. A prompt passes
@@ -210,13 +212,13 @@ def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
     """Ask every :data:`CASES` prompt in every mode; returns the graded results."""
     from speech_to_speech.cancel import Gate
     from speech_to_speech.events import EventBus
-    from speech_to_speech.llm_api import LLMConfig
     from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
     from speech_to_speech.registry import get_backend
 
     sample = load_sample_tools()
-    handler_cls = get_backend("llm", "transformers").load_handler_class()
-    config = LLMConfig(llm_model=args.llm_model, max_new_tokens=args.max_new_tokens, stream_batch_sentences=1)
+    backend = get_backend("llm", args.llm_backend)
+    handler_cls = backend.load_handler_class()
+    config = backend.config_cls(llm_model=args.llm_model, max_new_tokens=args.max_new_tokens, stream_batch_sentences=1)
     llm = handler_cls(
         stop_event=threading.Event(),
         input_queue=None,
@@ -225,7 +227,7 @@ def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
         bus=EventBus(),
         config=config,
         device=args.device,
-        name="llm:transformers",
+        name=f"llm:{args.llm_backend}",
     )
     start = time.monotonic()
     llm.setup()
@@ -459,6 +461,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("accuracy", "prefetch", "both"), default="both")
     parser.add_argument("--modes", default="voice,text", help="accuracy: comma-separated voice and/or text")
+    parser.add_argument(
+        "--llm_backend", default="llama-cpp", help="accuracy: local backend (llama-cpp, transformers, mlx-lm)"
+    )
     parser.add_argument("--llm_model", default="", help="accuracy: model folder, GGUF or hub id ('' = embedded)")
     parser.add_argument("--device", default="cpu", help="accuracy: torch device")
     parser.add_argument("--max_new_tokens", type=int, default=64, help="accuracy: cap per reply")

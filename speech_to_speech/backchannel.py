@@ -1,0 +1,77 @@
+"""Telling a backchannel ("yeah", "mm-hmm") or a false start from a real interruption.
+
+When the user speaks while the assistant is talking, the reply is paused at once;
+what was said then decides what happens: a short acknowledgement, or noise with
+no words, lets the reply resume; anything else is an interruption. This module
+is the "what was said" part, a pure function of the transcript.
+
+The word lists are the acknowledgement tokens of conversation-analysis work on
+English backchannels (continuers and acknowledgement tokens: "mm-hmm", "uh-huh",
+"yeah", "right", "okay", "I see"...), with their usual spellings in Whisper
+transcripts ("Mm-hmm.", "Uh-huh.", "Mhm."), plus the common equivalents in the
+other languages the embedded voice stack is used with (es, fr, de, it, pt).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+#: at most this many words for a backchannel ("yeah yeah", "oh okay", "I see")
+MAX_BACKCHANNEL_WORDS = 3
+
+_ENGLISH = {
+    "yeah", "yea", "yes", "yep", "yup", "ya", "ok", "okay", "kay", "right", "alright", "sure", "cool",
+    "mhm", "mmhm", "mmhmm", "mhmm", "mm", "mmm", "hmm", "hm", "uhhuh", "uhuh", "ah", "aha", "oh", "ooh",
+    "wow", "nice", "great", "good", "gotcha", "true", "totally", "exactly", "indeed", "huh", "uh", "um",
+    "see", "i", "got", "it", "makes", "sense", "really", "and",
+}  # fmt: skip
+#: words that only count inside a phrase ("I see", "got it", "makes sense"), never alone
+_PHRASE_ONLY = {"i", "see", "got", "it", "makes", "sense", "and"}
+_OTHER = {
+    "es": {"sí", "si", "vale", "claro", "ajá", "aja", "bueno", "ya", "ok", "okay", "mhm"},
+    "fr": {"oui", "ouais", "d'accord", "daccord", "ok", "okay", "ah", "bon", "voilà", "mhm", "hum"},
+    "de": {"ja", "jaja", "genau", "okay", "ok", "stimmt", "klar", "aha", "mhm", "hm"},
+    "it": {"sì", "si", "certo", "ok", "okay", "esatto", "già", "mhm", "ah"},
+    "pt": {"sim", "tá", "ta", "certo", "ok", "okay", "pois", "é", "mhm", "ah"},
+}
+#: transcripts Whisper gives for noise, breath or silence (hallucinations), treated as no words
+_NON_SPEECH = {"", "you", "thank you", "thanks for watching", "bye"}
+
+
+def _words(text: str) -> list[str]:
+    """Lower-case words of ``text`` without punctuation; hyphenated forms joined ("uh-huh" → "uhhuh")."""
+    text = unicodedata.normalize("NFC", text).lower()
+    text = re.sub(r"(?<=\w)[-‐‑](?=\w)", "", text)
+    text = re.sub(r"\[[^\]]*\]|\([^)]*\)", " ", text)  # [BLANK_AUDIO], (coughs)
+    return re.findall(r"[\w']+", text)
+
+
+def is_false_start(text: str) -> bool:
+    """Whether a transcript has no words worth answering (noise, a breath, a Whisper hallucination)."""
+    words = _words(text)
+    return not words or " ".join(words) in _NON_SPEECH
+
+
+def is_backchannel(text: str, language: str | None = "en") -> bool:
+    """Whether ``text`` is only an acknowledgement (at most :data:`MAX_BACKCHANNEL_WORDS` words).
+
+    Args:
+        text: the STT transcript of what the user said during the reply.
+        language: ISO 639-1 code of the transcript; English words count in every language.
+
+    Returns:
+        True for e.g. "Yeah.", "Mm-hmm.", "uh huh", "Okay, right.", "I see"; False for
+        anything with content ("yeah but wait", "stop", "no") and for empty text (see
+        :func:`is_false_start`).
+    """
+    words = _words(text)
+    if not words or len(words) > MAX_BACKCHANNEL_WORDS:
+        return False
+    joined = "".join(words)
+    if joined in ("uhhuh", "mmhmm", "mhm", "mmhm"):  # "uh huh", "mm hmm" written apart
+        return True
+    vocabulary = _ENGLISH | _OTHER.get((language or "en").split("-")[0], set())
+    if not all(word in vocabulary for word in words):
+        return False
+    return not all(word in _PHRASE_ONLY for word in words) or " ".join(words) in ("i see", "got it", "makes sense")

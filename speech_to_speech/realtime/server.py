@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 PATH = "/v1/realtime"
 #: close code for "server full, try again later" (RFC 6455 registry)
 CLOSE_TRY_AGAIN_LATER = 1013
+#: seconds a stopping server waits for its clients' connections to close before dropping them
+SHUTDOWN_GRACE_S = 1.0
 
 
 class RealtimeServer:
@@ -135,17 +137,40 @@ class RealtimeServer:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
         max_size = self.args.max_message_kb * 1024
-        async with serve(
+        server = await serve(
             self.handle, self.args.host, self.args.port, process_request=self._check_request, max_size=max_size
-        ) as server:
-            self._server = server
+        )
+        self._server = server
+        try:
             port = server.sockets[0].getsockname()[1] if server.sockets else self.args.port
             self.port = port
             print(f"realtime server listening on ws://{self.args.host}:{port}{PATH}", flush=True)
             if ready is not None:
                 ready.set()
             await stop
+        finally:
+            await self._shutdown(server)
         logger.info("server stopped")
+
+    @staticmethod
+    async def _shutdown(server: Server) -> None:
+        """Stop listening, close every connection (1001 going away; 503 to one still in its
+        opening handshake) and wait for them at most :data:`SHUTDOWN_GRACE_S` seconds.
+
+        A client that does not answer in time (one that opened a TCP connection and
+        never sent its handshake would otherwise hold the server for the 10 s open
+        timeout) has its connection handler cancelled.
+        """
+        server.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(server.wait_closed()), SHUTDOWN_GRACE_S)
+        except asyncio.TimeoutError:
+            tasks = [task for task in server.handler_tasks if not task.done()]
+            logger.warning("%d connection(s) still open after %.1f s; dropping them", len(tasks), SHUTDOWN_GRACE_S)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=0.2)
 
 
 def run_server(args: argparse.Namespace) -> None:
@@ -165,4 +190,27 @@ def run_server(args: argparse.Namespace) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    asyncio.run(server.run())
+    _run_until_stopped(server)
+
+
+def _run_until_stopped(server: RealtimeServer) -> None:
+    """Run ``server`` on a new event loop; on the way out, do not wait for executor threads.
+
+    Unlike :func:`asyncio.run`, which joins the default executor's threads, this
+    leaves a session still closing in a worker thread (its stages are daemon
+    threads, joined for at most 2 s) to the process exit, so a stop stays within
+    its time budget.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(server.run())
+    finally:
+        try:
+            leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.wait(leftovers, timeout=0.2))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()  # shuts the default executor down without waiting

@@ -1266,11 +1266,13 @@ def prepare(args: argparse.Namespace, console: Console) -> Session:
         raise UsageError(f"cannot write --output_audio {args.output_audio}: no such directory")
     if args.input_audio is not None:
         try:
+            file_rate = sf.info(args.input_audio).samplerate
             samples = load_audio(args.input_audio)
         except (OSError, RuntimeError) as exc:  # soundfile raises LibsndfileError (a RuntimeError)
             raise UsageError(f"cannot read --input_audio {args.input_audio}: {exc}") from exc
         source = FileSource(samples, 0.0 if args.no_vad else TRAILING_SILENCE_S)
-        console.line(f"[input] {args.input_audio}: {len(samples) / SAMPLE_RATE:.2f} s at {SAMPLE_RATE} Hz")
+        resampled = f", sent resampled to {SAMPLE_RATE} Hz" if file_rate != SAMPLE_RATE else ""
+        console.line(f"[input] {args.input_audio}: {len(samples) / SAMPLE_RATE:.2f} s at {file_rate} Hz{resampled}")
     elif live:
         source = MicSource(parse_device(args.input_device))
     sink: AudioSink

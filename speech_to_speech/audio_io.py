@@ -54,9 +54,12 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
+        IsADirectoryError: if ``path`` is a directory.
         ValueError: if the file cannot be decoded as audio.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"input audio is a directory, not a file: {path}")
     if not path.is_file():
         raise FileNotFoundError(f"input audio not found: {path}")
     try:
@@ -82,7 +85,7 @@ class FileSource(BaseHandler):
         tail_silence_s: silence appended after the file, as a microphone would hear.
 
     Raises:
-        FileNotFoundError, ValueError: see :func:`load_audio`.
+        FileNotFoundError, IsADirectoryError, ValueError: see :func:`load_audio`.
     """
 
     def __init__(

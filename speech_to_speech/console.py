@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -106,9 +107,12 @@ class ConsoleReporter:
         if isinstance(event, UserTranscript):
             line = f"[turn {event.turn_id}] user: {event.text}"
         elif isinstance(event, AssistantText):
-            line = f"[turn {event.turn_id}] assistant: {event.text}" + (
-                f"  (error: {event.error})" if event.error else ""
-            )
+            if event.error and not event.text.strip():
+                line = f"[turn {event.turn_id}] assistant error: {event.error}"
+            else:
+                line = f"[turn {event.turn_id}] assistant: {event.text}" + (
+                    f"  (error: {event.error})" if event.error else ""
+                )
         elif isinstance(event, TurnMetrics):
             line = (
                 f"[turn {event.turn_id}] STT {_fmt(event.stt_ms)} | TTFT {_fmt(event.ttft_ms)} | "
@@ -118,6 +122,51 @@ class ConsoleReporter:
             line = f"[turn {event.turn_id}] {event.stage} error: {event.message}"
         if line is not None:
             print(line, file=self.stream, flush=True)
+
+    def no_speech(self, path: str | Path) -> None:
+        """Say that the voice activity detector found no speech in the input file ``path``."""
+        print(f"no speech detected in {path}: nothing to answer", file=self.stream, flush=True)
+
+
+class LoadProgress:
+    """Start-up lines: what each stage loads, each stage as it becomes ready, then the total.
+
+    Times are wall-clock seconds since this object was made (the program's start,
+    imports included), since that is what a person waits.
+
+    Args:
+        stream: where to print (default stdout).
+    """
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.started = time.monotonic()
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    def elapsed_s(self) -> float:
+        """Seconds since start."""
+        return time.monotonic() - self.started
+
+    def loading(self, stages: list[tuple[str, str, str]]) -> None:
+        """Announce the loading of ``stages``: (stage, backend name, what it loads) each."""
+        self._print("loading models (the first run also unpacks them; this can take a minute):")
+        width = max((len(name) for _, name, _ in stages), default=0)
+        for stage, name, what in stages:
+            self._print(f"  {stage} {name:<{width}}  {what}".rstrip())
+
+    def stage_ready(self, name: str, load_seconds: float) -> None:
+        """A stage (e.g. ``"stt:faster-whisper"``) finished loading after ``load_seconds`` of setup.
+
+        Only model stages (vad, stt, llm, tts) are shown.
+        """
+        if name.partition(":")[0] in ("vad", "stt", "llm", "tts"):
+            self._print(f"  {name} ready ({self.elapsed_s():.1f} s)")
+
+    def ready(self) -> None:
+        """Every stage is ready; input starts now."""
+        self._print(f"ready in {self.elapsed_s():.1f} s")
 
 
 class TranscriptWriter:
@@ -153,7 +202,15 @@ class TranscriptWriter:
 
 @dataclass
 class RunSummary:
-    """What a finished run reports (used by the entry point and benchmarks)."""
+    """What a finished run reports (used by the entry point and benchmarks).
+
+    Attributes:
+        turns: one entry per finished response.
+        load_seconds: setup (model load) seconds per stage name.
+        speech_detected: for an input file fed to its end, whether the VAD found any
+            speech; None for other runs (typed turns, microphone, stopped early).
+    """
 
     turns: list[TurnMetrics] = field(default_factory=list)
     load_seconds: dict[str, float] = field(default_factory=dict)
+    speech_detected: bool | None = None

@@ -1,8 +1,16 @@
-"""The program: parse config → build the pipeline → run → report."""
+"""The program: parse config → build the pipeline → run → report.
+
+Exit status: 0 when the run ended normally (also when an input file held no
+speech), 1 for a runtime failure (unreadable file, missing device, a backend
+that cannot load), 2 for bad flags or a bad preset (from :mod:`speech_to_speech.cli`),
+130 for Ctrl-C outside the pipeline's own handling. A failure is one
+``error:`` line on stderr; tracebacks only appear with ``--log_level debug``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -11,33 +19,65 @@ import threading
 from types import FrameType
 
 from speech_to_speech.cli import parse_args
-from speech_to_speech.console import ConsoleReporter, MetricsCollector, RunSummary, TranscriptWriter
-from speech_to_speech.events import EventBus
+from speech_to_speech.console import ConsoleReporter, LoadProgress, MetricsCollector, RunSummary, TranscriptWriter
+from speech_to_speech.events import Event, EventBus, SpeechStarted
 from speech_to_speech.pipeline import Pipeline, PipelineError, build_pipeline
 from speech_to_speech.registry import BackendUnavailableError, UnknownBackendError
 
 logger = logging.getLogger("speech_to_speech")
 
+PROG = "s2s_pipeline.py"
 #: seconds every thread gets to stop after SIGINT/SIGTERM or the end of input
 STOP_TIMEOUT_S = 2.0
+#: exit status of a runtime failure
+EXIT_FAILURE = 1
+
+#: failures the expected way a run goes wrong raises; anything else is reported as unexpected
+RUNTIME_ERRORS = (PipelineError, UnknownBackendError, BackendUnavailableError, OSError, ValueError)
 
 
-def run(args: argparse.Namespace, bus: EventBus | None = None, install_signals: bool = True) -> RunSummary:
+def run(
+    args: argparse.Namespace,
+    bus: EventBus | None = None,
+    install_signals: bool = True,
+    progress: LoadProgress | None = None,
+) -> RunSummary:
     """Run one conversation as ``args`` describe and return its metrics.
+
+    Args:
+        args: the parsed command line.
+        bus: where events are published (a new one if None).
+        install_signals: stop on SIGINT/SIGTERM (main thread only).
+        progress: told what loads and when each stage is ready (None: silent).
 
     Raises:
         PipelineError, UnknownBackendError, BackendUnavailableError,
-        FileNotFoundError, ValueError: bad input; nothing was left running.
+        OSError, ValueError: bad input; nothing was left running.
     """
     bus = bus or EventBus()
     metrics = MetricsCollector(bus)
+    speech = threading.Event()
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, SpeechStarted):
+            speech.set()
+
+    bus.subscribe(on_event)
     writer = TranscriptWriter(bus, args.transcript) if args.transcript else None
+    load_seconds: dict[str, float] = {}
+    finished = False
     try:
+        if progress is not None:
+            progress.loading(_stage_descriptions(args))
         pipeline = build_pipeline(args, bus)
         previous = _install_signal_handlers(pipeline) if install_signals else {}
         try:
-            load_seconds = pipeline.start()
+            load_seconds = pipeline.start(
+                on_ready=progress.stage_ready if progress is not None else None,
+                on_loaded=progress.ready if progress is not None else None,
+            )
             pipeline.wait()
+            finished = not pipeline.stop_event.is_set()
         finally:
             stuck = pipeline.stop(STOP_TIMEOUT_S)
             if stuck:
@@ -47,7 +87,24 @@ def run(args: argparse.Namespace, bus: EventBus | None = None, install_signals: 
     finally:
         if writer is not None:
             writer.close()
-    return RunSummary(turns=metrics.turns, load_seconds=load_seconds)
+    heard = speech.is_set() if args.input_audio and not args.input_text and finished else None
+    return RunSummary(turns=metrics.turns, load_seconds=load_seconds, speech_detected=heard)
+
+
+def _stage_descriptions(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(stage, backend, what it loads) for each stage the run uses, for the start-up lines."""
+    from speech_to_speech.registry import REGISTRY
+
+    chosen = [("llm", args.llm_backend, "llm_model"), ("tts", args.tts, "tts_voice")]
+    if not args.input_text:
+        chosen = [("vad", args.vad, ""), ("stt", args.stt, "stt_model"), *chosen]
+    described = []
+    for stage, name, model_flag in chosen:
+        backend = REGISTRY[stage].get(name)
+        model = getattr(args, model_flag, "") if model_flag else ""
+        what = f"model {model}" if model else (backend.summary if backend is not None else "")
+        described.append((stage, name, what))
+    return described
 
 
 def _install_signal_handlers(pipeline: Pipeline) -> dict[int, object]:
@@ -65,30 +122,98 @@ def _install_signal_handlers(pipeline: Pipeline) -> dict[int, object]:
     return previous
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the process exit status."""
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+class ConsoleLogFilter(logging.Filter):
+    """Keeps tracebacks off the console below debug level.
+
+    A failure inside a turn is already shown once by the console, from its
+    event (:class:`~speech_to_speech.events.StageError`, or the reply's error);
+    the log records of those failures are dropped. Any other record with an
+    exception keeps its message, with the exception's type and text appended
+    instead of the traceback. With ``--log_level debug`` this filter is not
+    installed and every traceback is logged.
+    """
+
+    #: (logger name, message template) of failures the console shows from events
+    SHOWN_AS_EVENTS = frozenset(
+        {
+            ("speech_to_speech.handler", "%s failed on %s"),
+            ("speech_to_speech.llm", "%s: generation failed"),
+            ("speech_to_speech.llm", "%s: history write failed"),
+        }
     )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Drop or shorten ``record``; True when it should still be printed."""
+        if not record.exc_info:
+            return True
+        if (record.name, record.msg) in self.SHOWN_AS_EVENTS:
+            return False
+        exc = record.exc_info[1]
+        if exc is not None:
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}".replace("%", "%%")
+            record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+def setup_logging(level_name: str) -> None:
+    """Log to stderr at ``level_name``; below debug, without tracebacks (see :class:`ConsoleLogFilter`)."""
+    level = getattr(logging, str(level_name).upper(), logging.WARNING)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    if level > logging.DEBUG:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(ConsoleLogFilter())
     _quiet_libraries()
+
+
+def fail(message: str) -> int:
+    """Print ``message`` as the one ``error:`` line and return the runtime-failure status (1)."""
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return EXIT_FAILURE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit status (0, 1 or 2, see the module doc)."""
+    args = parse_args(argv)
+    if args.print_system_prompt:
+        from speech_to_speech.prompts import build_voice_system_prompt
+
+        print(build_voice_system_prompt(args.system_prompt))
+        return 0
+    setup_logging(args.log_level)
     bus = EventBus()
-    ConsoleReporter(bus)
+    console = ConsoleReporter(bus)
     try:
         if args.mode == "server":
             return serve(args)
-        run(args, bus)
-    except (PipelineError, UnknownBackendError, BackendUnavailableError, FileNotFoundError, ValueError) as exc:
-        print(f"s2s_pipeline.py: error: {exc}", file=sys.stderr)
-        return 1
+        summary = run(args, bus, progress=LoadProgress(console.stream))
+    except RUNTIME_ERRORS as exc:
+        logger.debug("run failed", exc_info=True)
+        return fail(str(exc) or type(exc).__name__)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: still one line, the traceback with --log_level debug
+        logger.debug("unexpected failure", exc_info=True)
+        return fail(f"unexpected {type(exc).__name__}: {exc} (--log_level debug shows the traceback)")
+    if summary.speech_detected is False:
+        console.no_speech(args.input_audio)
     return 0
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the realtime server until SIGINT/SIGTERM; returns the exit status."""
+    """Run the realtime server until SIGINT/SIGTERM, then leave the process at once.
+
+    After a clean stop (every session closed) the process exits with
+    ``os._exit`` once stdout, stderr and the log are flushed: the interpreter's
+    own teardown of the native model libraries (torch, CTranslate2, ONNX
+    Runtime) would otherwise take 0.5-3 s, beyond the 2 s that a stop is
+    allowed. The server writes no files, so nothing is lost.
+
+    Raises:
+        PipelineError: the address cannot be served.
+        UnknownBackendError, BackendUnavailableError: a backend cannot be imported.
+    """
     from speech_to_speech.pipeline import resolve_device
     from speech_to_speech.realtime.server import run_server
     from speech_to_speech.registry import get_backend
@@ -103,10 +228,18 @@ def serve(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         # model-loading threads cannot be interrupted; leave without running native
         # destructors under them (they abort or report leaks at interpreter exit)
-        print(f"s2s_pipeline.py: error: {exc}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(1)
-    return 0
+        _exit_now(fail(str(exc)))
+    _exit_now(0)
+    return 0  # not reached
+
+
+def _exit_now(status: int) -> None:
+    """Flush stdio and the log, then end the process without the interpreter's teardown."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
 
 
 def _quiet_libraries() -> None:

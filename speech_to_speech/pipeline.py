@@ -83,10 +83,21 @@ class Pipeline:
     def sink(self) -> BaseHandler:
         return self.stages[-1]
 
-    def start(self, setup_timeout_s: float | None = None) -> dict[str, float]:
+    def start(
+        self,
+        setup_timeout_s: float | None = None,
+        on_ready: Callable[[str, float], None] | None = None,
+        on_loaded: Callable[[], None] | None = None,
+    ) -> dict[str, float]:
         """Start every stage, wait until all have loaded, then start the source.
 
         Models load in parallel, one thread per stage.
+
+        Args:
+            setup_timeout_s: give up waiting after this many seconds (None: wait as long as it takes).
+            on_ready: called on this thread with (stage name, setup seconds) as each stage
+                finishes loading, in the order they finish.
+            on_loaded: called on this thread once every stage is ready, just before the source starts.
 
         Returns:
             Setup seconds per stage name.
@@ -97,10 +108,15 @@ class Pipeline:
         began = time.monotonic()
         for stage in self.stages[1:]:
             stage.start()
-        for stage in self.stages[1:]:
-            while not stage.ready.wait(0.1):
-                if self.stop_event.is_set() or (setup_timeout_s and time.monotonic() - began > setup_timeout_s):
-                    break
+        pending = list(self.stages[1:])
+        while pending:
+            pending[0].ready.wait(0.05)
+            for stage in [s for s in pending if s.ready.is_set()]:
+                pending.remove(stage)
+                if stage.setup_error is None and on_ready is not None:
+                    on_ready(stage.name, stage.load_seconds)
+            if self.stop_event.is_set() or (setup_timeout_s and time.monotonic() - began > setup_timeout_s):
+                break
         failed = [s for s in self.stages[1:] if s.setup_error is not None]
         if failed or self.stop_event.is_set():
             self.stop()
@@ -108,6 +124,8 @@ class Pipeline:
                 raise PipelineError(_describe(failed[0].setup_error))
             raise PipelineError("stopped while loading models")
         loaded = {s.name: s.load_seconds for s in self.stages[1:]}
+        if on_loaded is not None:
+            on_loaded()
         self.source.start()
         return loaded
 

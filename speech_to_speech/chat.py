@@ -22,7 +22,8 @@ message and everything up to the next user message). Three mechanisms keep it va
   whole turns, or summarises them in a background thread with a compactor. :meth:`Chat.add_item`
   also enforces a hard cap of ``2 * size`` user turns inline.
 
-:func:`to_chat_messages` and :func:`to_responses_input` serialise items for the two OpenAI-style APIs.
+Item shapes and validation live in :mod:`speech_to_speech.items`; serialisation for the APIs and
+chat templates in :mod:`speech_to_speech.serialize`.
 """
 
 from __future__ import annotations
@@ -30,16 +31,24 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from speech_to_speech.items import (
+    ChatItemError,
+    Item,
+    audio_to_text,
+    has_audio,
+    is_user_message,
+    new_item_id,
+    replace_text,
+    valid_summary,
+    validated_copy,
+)
 
 logger = logging.getLogger(__name__)
 
-Item = dict[str, Any]
-Message = Item  # an older name for a history entry, kept for importers
 
 Compactor = Callable[[list[Item]], tuple[str, str]]
 """Summarises history items into ``(user summary text, assistant summary text)``; may raise."""
@@ -49,25 +58,6 @@ MAX_TOMBSTONES = 128
 
 MAX_PENDING_CALLS = 256
 """Function calls remembered while they wait for their output (the newest ones)."""
-
-AUDIO_PLACEHOLDER = "[audio message]"
-"""Text standing for an audio part without a transcript when serialising."""
-
-EARLIER_AUDIO_PLACEHOLDER = "[earlier audio message]"
-"""Text replacing an old audio part without a transcript in :meth:`Chat.compact_audio_history`."""
-
-_ITEM_TYPES = ("message", "function_call", "function_call_output")
-_ROLES = ("user", "assistant", "system")
-_TEXT_PART_TYPES = ("input_text", "output_text")
-
-
-class ChatItemError(ValueError):
-    """An item that cannot be added to the history (malformed, duplicate id, or unpaired output)."""
-
-
-def new_item_id() -> str:
-    """A fresh item id: ``"item_"`` followed by a uuid4 in hex."""
-    return "item_" + uuid.uuid4().hex
 
 
 @dataclass
@@ -323,12 +313,12 @@ class Chat:
             kept = 0
             for index in range(len(self._buffer) - 1, -1, -1):
                 item = self._buffer[index]
-                if not (_is_user_message(item) and _has_audio(item)):
+                if not (is_user_message(item) and has_audio(item)):
                     continue
                 if kept < max_audio_turns:
                     kept += 1
                     continue
-                content = [_audio_to_text(part) for part in item["content"]]
+                content = [audio_to_text(part) for part in item["content"]]
                 self._buffer[index] = {**item, "content": content}
 
     # ------------------------------------------------------------------ editing
@@ -345,8 +335,8 @@ class Chat:
         """
         with self._lock:
             for index, item in enumerate(self._buffer):
-                if item.get("id") == item_id and _is_user_message(item):
-                    self._buffer[index] = {**item, "content": _replace_text(item["content"], text)}
+                if item.get("id") == item_id and is_user_message(item):
+                    self._buffer[index] = {**item, "content": replace_text(item["content"], text)}
                     return True
             return False
 
@@ -371,7 +361,7 @@ class Chat:
         """
         with self._lock:
             for index, item in enumerate(self._buffer):
-                if item.get("id") == item_id and _is_user_message(item):
+                if item.get("id") == item_id and is_user_message(item):
                     del self._buffer[index]
                     for record in self._provisional.values():
                         if item_id in record.item_ids:
@@ -407,7 +397,7 @@ class Chat:
     # ------------------------------------------------------------------ internals (lock held)
 
     def _user_turns_locked(self) -> int:
-        return sum(1 for item in self._buffer if _is_user_message(item))
+        return sum(1 for item in self._buffer if is_user_message(item))
 
     def _index_of_call_locked(self, call_id: str) -> int | None:
         for index, item in enumerate(self._buffer):
@@ -419,7 +409,7 @@ class Chat:
         return any(item["type"] == "function_call_output" and item["call_id"] == call_id for item in self._buffer)
 
     def _add_locked(self, item: dict, record: _Provisional | None) -> Item:
-        stored = _validated_copy(item)
+        stored = validated_copy(item)
         if any(existing["id"] == stored["id"] for existing in self._buffer):
             raise ChatItemError(f"an item with id {stored['id']!r} is already in the history")
         kind = stored["type"]
@@ -481,7 +471,7 @@ class Chat:
         seen_user = False
         end = len(self._buffer)
         for index, item in enumerate(self._buffer):
-            if _is_user_message(item):
+            if is_user_message(item):
                 if seen_user:
                     end = index
                     break
@@ -508,7 +498,7 @@ class Chat:
         self._drop_orphan_outputs_locked()
 
     def _snapshot_for_compaction_locked(self) -> _CompactionJob | None:
-        user_indexes = [index for index, item in enumerate(self._buffer) if _is_user_message(item)]
+        user_indexes = [index for index, item in enumerate(self._buffer) if is_user_message(item)]
         if not user_indexes:
             return None
         end = user_indexes[-1]  # the newest user turn is never compacted
@@ -518,7 +508,7 @@ class Chat:
                 end = index  # nor is anything a response may still roll back
                 break
         span = self._buffer[:end]
-        if sum(1 for item in span if _is_user_message(item)) < 2:
+        if sum(1 for item in span if is_user_message(item)) < 2:
             return None
         return _CompactionJob(self._gen, {item["id"] for item in span}, copy.deepcopy(span))
 
@@ -542,7 +532,7 @@ class Chat:
                 if self._gen != job.gen:
                     logger.debug("history compaction result discarded (history was reset or closed)")
                     return
-                if not _valid_summary(summary):
+                if not valid_summary(summary):
                     logger.error("history compaction returned %r, not two non-empty strings; ignored", summary)
                     return
                 self._apply_compaction_locked(job, summary)
@@ -576,250 +566,3 @@ class Chat:
         ]
         self._buffer = pair + kept + rest
         logger.info("history compacted: %d items summarised", len(job.item_ids))
-
-
-# ---------------------------------------------------------------------- item helpers
-
-
-def _is_user_message(item: Item) -> bool:
-    return item.get("type") == "message" and item.get("role") == "user"
-
-
-def _has_audio(item: Item) -> bool:
-    content = item.get("content")
-    return isinstance(content, list) and any(part.get("type") == "input_audio" for part in content)
-
-
-def _audio_to_text(part: dict) -> dict:
-    if part.get("type") != "input_audio":
-        return part
-    return {"type": "input_text", "text": part.get("transcript") or EARLIER_AUDIO_PLACEHOLDER}
-
-
-def _replace_text(content: str | list[dict], text: str) -> str | list[dict]:
-    if isinstance(content, str):
-        return text
-    parts: list[dict] = []
-    placed = False
-    for part in content:
-        if part["type"] in _TEXT_PART_TYPES:
-            if not placed:
-                parts.append({"type": "input_text", "text": text})
-                placed = True
-        elif part["type"] == "input_audio":
-            parts.append({**part, "transcript": text})
-        else:
-            parts.append(part)
-    if not parts:
-        parts.append({"type": "input_text", "text": text})
-    return parts
-
-
-def _valid_summary(summary: object) -> bool:
-    return (
-        isinstance(summary, (tuple, list))
-        and len(summary) == 2
-        and all(isinstance(text, str) and text.strip() for text in summary)
-    )
-
-
-def _require_str(item: dict, key: str, *, non_empty: bool = False) -> None:
-    value = item.get(key)
-    if not isinstance(value, str) or (non_empty and not value):
-        raise ChatItemError(f"{item.get('type')} item needs a {'non-empty ' if non_empty else ''}string {key!r}")
-
-
-def _validated_copy(item: dict) -> Item:
-    """A deep copy of ``item`` with an id, after checking its shape."""
-    if not isinstance(item, dict):
-        raise ChatItemError(f"an item must be a dict, got {type(item).__name__}")
-    stored = copy.deepcopy(item)
-    kind = stored.get("type")
-    if kind not in _ITEM_TYPES:
-        raise ChatItemError(f"unknown item type {kind!r}")
-    if stored.get("id") is None:
-        stored["id"] = new_item_id()
-    _require_str(stored, "id", non_empty=True)
-    if kind == "message":
-        if stored.get("role") not in _ROLES:
-            raise ChatItemError(f"unknown message role {stored.get('role')!r}")
-        _validate_content(stored.get("content"))
-    elif kind == "function_call":
-        _require_str(stored, "call_id", non_empty=True)
-        _require_str(stored, "name", non_empty=True)
-        stored.setdefault("arguments", "{}")
-        _require_str(stored, "arguments")
-    else:
-        _require_str(stored, "call_id", non_empty=True)
-        _require_str(stored, "output")
-    return stored
-
-
-def _validate_content(content: object) -> None:
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise ChatItemError("message content must be a string or a list of parts")
-    for part in content:
-        if not isinstance(part, dict):
-            raise ChatItemError("a content part must be a dict")
-        kind = part.get("type")
-        if kind in _TEXT_PART_TYPES:
-            if not isinstance(part.get("text"), str):
-                raise ChatItemError(f"a {kind} part needs a string 'text'")
-        elif kind == "input_audio":
-            if not isinstance(part.get("audio"), str):
-                raise ChatItemError("an input_audio part needs a base64 string 'audio'")
-            if part.get("transcript") is not None and not isinstance(part["transcript"], str):
-                raise ChatItemError("an input_audio 'transcript' must be a string or None")
-        else:
-            raise ChatItemError(f"unknown content part type {kind!r}")
-
-
-# ---------------------------------------------------------------------- serialisation
-
-
-def _part_text(part: dict) -> str:
-    if part.get("type") == "input_audio":
-        return part.get("transcript") or AUDIO_PLACEHOLDER
-    return part.get("text", "")
-
-
-def _flatten_content(content: str | list[dict]) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(text for text in (_part_text(part) for part in content) if text)
-
-
-def _answered_items(items: Iterable[Item]) -> list[Item]:
-    """``items`` without function calls that have no output and outputs that have no call."""
-    items = list(items)
-    calls = {item["call_id"] for item in items if item.get("type") == "function_call"}
-    outputs = {item["call_id"] for item in items if item.get("type") == "function_call_output"}
-    answered = calls & outputs
-    return [
-        item
-        for item in items
-        if item.get("type") not in ("function_call", "function_call_output") or item["call_id"] in answered
-    ]
-
-
-def to_chat_messages(system_prompt: str, items: list[dict], *, drop_unanswered: bool = True) -> list[dict]:
-    """Serialise history items as OpenAI Chat Completions messages.
-
-    - The system prompt comes first, if non-empty.
-    - A message becomes ``{"role", "content": str}``; parts are joined with newlines, an audio part
-      standing as its transcript (or :data:`AUDIO_PLACEHOLDER`).
-    - Function calls become ``{"role": "assistant", "content": None, "tool_calls": [{"id": call_id,
-      "type": "function", "function": {"name", "arguments"}}]}``; consecutive calls share one
-      assistant message, which is also the directly preceding assistant text message if there is one;
-      an assistant text message directly after calls is joined to their message as well.
-    - A function call output becomes ``{"role": "tool", "tool_call_id", "content"}``, placed right
-      after the assistant message holding its call (the API requires that order).
-
-    Args:
-        system_prompt: the system message text ("" for none).
-        items: history items, e.g. :meth:`Chat.items`.
-        drop_unanswered: leave out calls without an output and outputs without a call (providers reject
-            both); if False, they are serialised where they stand.
-
-    Returns:
-        New message dicts.
-    """
-    if drop_unanswered:
-        items = _answered_items(items)
-    outputs: dict[str, Item] = {}
-    for item in items:
-        if item.get("type") == "function_call_output":
-            outputs.setdefault(item["call_id"], item)
-    messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    emitted_outputs: set[str] = set()
-    group: list[str] = []  # call_ids of the open assistant tool_calls message
-
-    def close_group() -> None:
-        for call_id in group:
-            output = outputs.get(call_id)
-            if output is not None and call_id not in emitted_outputs:
-                emitted_outputs.add(call_id)
-                messages.append({"role": "tool", "tool_call_id": call_id, "content": output["output"]})
-        group.clear()
-
-    for item in items:
-        kind = item.get("type")
-        if kind == "function_call":
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {"name": item["name"], "arguments": item.get("arguments", "{}")},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and (group or "tool_calls" not in last):
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-            group.append(item["call_id"])
-            continue
-        if kind == "message" and item["role"] == "assistant" and group:
-            # the text of the reply that made these calls (the LLM stage writes a call when it is
-            # made, the reply's text when the reply ends): it joins the calls' assistant message,
-            # so their outputs still follow it and the text does not land after the results
-            last = messages[-1]
-            text = _flatten_content(item["content"])
-            last["content"] = f"{last['content']} {text}" if last["content"] else text
-            continue
-        close_group()
-        if kind == "function_call_output":
-            if item["call_id"] not in emitted_outputs:
-                emitted_outputs.add(item["call_id"])
-                messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
-        elif kind == "message":
-            messages.append({"role": item["role"], "content": _flatten_content(item["content"])})
-    close_group()
-    return messages
-
-
-def to_responses_input(items: list[dict], *, drop_unanswered: bool = True) -> list[dict]:
-    """Serialise history items as OpenAI Responses API ``input`` items.
-
-    - A message becomes ``{"type": "message", "role", "content": [{"type", "text"}, ...]}`` with
-      ``output_text`` parts for the assistant and ``input_text`` parts otherwise; an audio part stands
-      as its transcript (or :data:`AUDIO_PLACEHOLDER`).
-    - ``{"type": "function_call", "call_id", "name", "arguments"}`` and
-      ``{"type": "function_call_output", "call_id", "output"}``; our ``"id"`` is not sent.
-
-    Args:
-        items: history items, e.g. :meth:`Chat.items`.
-        drop_unanswered: leave out calls without an output and outputs without a call (the API
-            rejects both).
-
-    Returns:
-        New input item dicts, in history order.
-    """
-    if drop_unanswered:
-        items = _answered_items(items)
-    result: list[dict] = []
-    for item in items:
-        kind = item.get("type")
-        if kind == "message":
-            part_type = "output_text" if item["role"] == "assistant" else "input_text"
-            content = item["content"]
-            texts = [content] if isinstance(content, str) else [_part_text(part) for part in content]
-            result.append(
-                {
-                    "type": "message",
-                    "role": item["role"],
-                    "content": [{"type": part_type, "text": text} for text in texts],
-                }
-            )
-        elif kind == "function_call":
-            result.append(
-                {
-                    "type": "function_call",
-                    "call_id": item["call_id"],
-                    "name": item["name"],
-                    "arguments": item.get("arguments", "{}"),
-                }
-            )
-        elif kind == "function_call_output":
-            result.append({"type": "function_call_output", "call_id": item["call_id"], "output": item["output"]})
-    return result

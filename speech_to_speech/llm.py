@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speech_to_speech.cancel import Stamp
-from speech_to_speech.chat import Chat, to_chat_messages
+from speech_to_speech.chat import Chat
 from speech_to_speech.events import AssistantText, Event, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.llm_api import (
@@ -64,6 +64,7 @@ from speech_to_speech.prompts import (
     build_voice_system_prompt,
     language_name,
 )
+from speech_to_speech.serialize import to_chat_messages
 from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
 from speech_to_speech.tools.prompt import build_tool_prompt
 

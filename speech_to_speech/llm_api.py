@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from speech_to_speech.chat import to_chat_messages
+from speech_to_speech.serialize import to_chat_messages
 
 
 # -- provider events ------------------------------------------------------------------

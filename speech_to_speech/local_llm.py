@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,8 +9,8 @@ from typing import Any
 from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta, ToolCall, Usage, new_call_id
 from speech_to_speech.prompts import clean_messages_for_local_model
+from speech_to_speech.serialize import plain_chat_messages
 from speech_to_speech.tools.parse import CodeBlockExtractor, extract_calls
-from speech_to_speech.tools.prompt import CODE_CLOSE, CODE_OPEN
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ class LocalLLMHandler(BaseLLMHandler):
         raise NotImplementedError
 
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
-        messages = clean_messages_for_local_model(_plain_chat(request.chat_messages()))
+        messages = clean_messages_for_local_model(plain_chat_messages(request.chat_messages()))
         deltas = self.stream(messages, should_stop, request.max_output_tokens)
         tools = request.tools if request.tool_choice != "none" else []
         reply: list[str] = []
@@ -76,26 +75,3 @@ class LocalLLMHandler(BaseLLMHandler):
             else:
                 name, arguments = value
                 yield ToolCall(new_call_id(), name, arguments)
-
-
-def _plain_chat(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages without tool fields, for chat templates that know only user and assistant."""
-    plain = []
-    for message in messages:
-        if message.get("tool_calls"):
-            calls = []
-            for call in message["tool_calls"]:
-                function = call.get("function", {})
-                try:
-                    arguments = json.loads(function.get("arguments") or "{}")
-                except json.JSONDecodeError:
-                    arguments = {}
-                args = ", ".join(f"{k}={v!r}" for k, v in arguments.items()) if isinstance(arguments, dict) else ""
-                calls.append(f"{CODE_OPEN}{function.get('name', '')}({args}){CODE_CLOSE}")
-            text = ((message.get("content") or "") + " " + " ".join(calls)).strip()
-            plain.append({"role": "assistant", "content": text})
-        elif message.get("role") == "tool":
-            plain.append({"role": "user", "content": f"[tool result] {message.get('content', '')}"})
-        else:
-            plain.append({"role": message["role"], "content": message.get("content") or ""})
-    return plain

@@ -8,14 +8,9 @@ import threading
 
 import pytest
 
-from speech_to_speech.chat import (
-    EARLIER_AUDIO_PLACEHOLDER,
-    MAX_TOMBSTONES,
-    Chat,
-    ChatItemError,
-    to_chat_messages,
-    to_responses_input,
-)
+from speech_to_speech.chat import MAX_TOMBSTONES, Chat
+from speech_to_speech.items import EARLIER_AUDIO_PLACEHOLDER, ChatItemError
+from speech_to_speech.serialize import to_chat_messages, to_responses_input
 
 WAIT = 5.0  # seconds; only ever an upper bound on waiting for an Event or a worker
 

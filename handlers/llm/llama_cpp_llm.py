@@ -32,7 +32,7 @@ from typing import Any
 from handlers.llm.embedded import resolve_gguf
 from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta, Usage
 from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.prompts import clean_messages_for_local_model
+from speech_to_speech.serialize import template_messages
 from speech_to_speech.shared import shared_model
 from speech_to_speech.tools.json_calls import JsonCallExtractor
 from speech_to_speech.tools.prompt import function_tool_spec
@@ -199,26 +199,6 @@ def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
             )
     return nested
-
-
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages as chat templates expect them: tool-call arguments as objects, not strings."""
-    shaped = []
-    for message in clean_messages_for_local_model(messages):
-        if message.get("tool_calls"):
-            calls = []
-            for call in message["tool_calls"]:
-                function = dict(call.get("function", {}))
-                try:
-                    function["arguments"] = json.loads(function.get("arguments") or "{}")
-                except (TypeError, json.JSONDecodeError):
-                    function["arguments"] = {}
-                calls.append({**call, "function": function})
-            message = {**message, "tool_calls": calls, "content": message.get("content") or ""}
-        elif message.get("content") is None:
-            message = {**message, "content": ""}
-        shaped.append(message)
-    return shaped
 
 
 class LlamaCppLLMHandler(LocalLLMHandler):

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
 
-from speech_to_speech.chat import to_responses_input
 from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.llm_api import (
     AssistantMessage,
@@ -32,6 +31,7 @@ from speech_to_speech.llm_api import (
     Usage,
     new_call_id,
 )
+from speech_to_speech.serialize import to_responses_input
 
 logger = logging.getLogger(__name__)
 

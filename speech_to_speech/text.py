@@ -47,12 +47,13 @@ _HAS_WORD = re.compile(r"\w", re.UNICODE)
 #: "1,000" or "3:" of "3:30" is never a boundary.
 _CLAUSE_END = re.compile(r"[,;:][\"')\]]*(?=\s)|(?<=\s)--?(?=\s)|[\u2014\u2013](?=.)", re.DOTALL)
 
-#: words a reply's first chunk needs before it may end at a clause boundary. Four words
-#: are about 1.2 s of speech for the default voice (Piper "joe" speaks ~3.3 words/s), long
-#: enough to cover producing the next chunk (Qwen2.5-0.5B on 2 cores writes ~15-25 tokens/s,
-#: Piper synthesises at ~0.06x real time), so the first chunk plays without a gap after it;
-#: fewer words ("Sure,", "Well, yes,") would be cut off into a stutter, and the first audio
-#: would come only ~100 ms sooner (Piper's cost per chunk is mostly per word).
+#: words a reply's first chunk needs before it may end at a clause boundary. Four words are
+#: 1.0-1.3 s of speech for the default voice (Piper "joe" speaks 3.1-4.0 words/s, measured),
+#: enough to cover making the next chunk: the rest of the sentence (~10-15 tokens; the embedded
+#: LLM writes ~39 tokens/s on 2 cores) and its synthesis (Piper runs at ~0.05x real time, ~18 ms
+#: a word), about 0.5 s. Each word fewer would bring the first audio only ~50 ms sooner (one
+#: word's tokens plus its synthesis), while "Sure," or "Well, yes," alone would leave a gap
+#: before the rest and sound like a stutter.
 FIRST_CLAUSE_MIN_WORDS = 4
 
 

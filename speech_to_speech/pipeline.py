@@ -121,7 +121,7 @@ class Pipeline:
         if failed or self.stop_event.is_set():
             self.stop()
             if failed:
-                raise PipelineError(_describe(failed[0].setup_error))
+                raise PipelineError(_describe(failed[0].setup_error) + _install_hint(failed[0]))
             raise PipelineError("stopped while loading models")
         loaded = {s.name: s.load_seconds for s in self.stages[1:]}
         if on_loaded is not None:
@@ -175,6 +175,18 @@ class Pipeline:
             if stage.is_alive():
                 stage.join(max(0.0, deadline - time.monotonic()))
         return [s.name for s in self.stages if s.is_alive()]
+
+
+def _install_hint(stage: BaseHandler) -> str:
+    """For a backend stage (named ``"stage:backend"``) that failed on a missing module: how to install it."""
+    if not isinstance(stage.setup_error, ImportError):
+        return ""
+    kind, _, name = stage.name.partition(":")
+    try:
+        extra = get_backend(kind, name).extra
+    except ValueError:  # not a registered backend stage
+        return ""
+    return f"; install it with: pip install 'speech-to-speech[{extra}]'" if extra else ""
 
 
 def _describe(exc: BaseException | None) -> str:

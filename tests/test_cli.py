@@ -321,12 +321,20 @@ class EchoLLM(LocalLLMHandler):
         yield "Hello there."
 
 
-#: the entry point with the ``echo`` LLM backend registered (no model to load)
+class NeedsExtraLLM(EchoLLM):
+    """An LLM whose engine is not installed: its setup fails on an import."""
+
+    def load(self) -> None:
+        raise ModuleNotFoundError("No module named 'some_engine'")
+
+
+#: the entry point with the ``echo`` (no model to load) and ``needs-extra`` LLM backends registered
 ECHO_ENTRY = (
     "import sys\n"
     "from speech_to_speech.llm import LLMConfig\n"
     "from speech_to_speech.registry import Backend, register\n"
     "register(Backend('echo', 'llm', LLMConfig, 'tests.test_cli:EchoLLM', summary='test echo'))\n"
+    "register(Backend('needs-extra', 'llm', LLMConfig, 'tests.test_cli:NeedsExtraLLM', extra='some-extra'))\n"
     "from speech_to_speech.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
@@ -398,6 +406,12 @@ def test_entry_point_input_audio_is_a_directory(tmp_path: Path) -> None:
 def test_entry_point_missing_output_folder(tmp_path: Path) -> None:
     result = run_echo_entry_point("--input_text", "hi", "--output_audio", str(tmp_path / "nowhere" / "out.wav"))
     assert "nowhere" in assert_one_error(result, 1)
+
+
+def test_entry_point_backend_that_cannot_load_names_its_extra(tmp_path: Path) -> None:
+    flags = ["--input_text", "hi", "--output_audio", str(tmp_path / "out.wav"), "--llm_backend", "needs-extra"]
+    line = assert_one_error(run_echo_entry_point(*flags), 1)
+    assert "some_engine" in line and "pip install 'speech-to-speech[some-extra]'" in line
 
 
 @pytest.mark.parametrize("seconds", [1.0, 0.0])

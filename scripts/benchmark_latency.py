@@ -1,43 +1,44 @@
-"""Latency benchmark: run the file mode over LibriVox clips and tabulate per-turn latencies.
+"""Latency benchmark: voice-to-voice of the real program, the compute floor, a naive baseline, idle cost.
 
-Each clip is fed to the pipeline as ``--input_audio CLIP --output_audio TMP.wav`` at
-real-time pace (the default ``--input_speed 1.0``), exactly like::
+One run over the LibriVox clips of ``pocketsphinx-testdata`` (``dpkg -L pocketsphinx-testdata``,
+with the reference ``transcription`` beside them) reports::
 
-    python s2s_pipeline.py --input_audio CLIP --output_audio TMP.wav [EXTRA FLAGS]
+    python scripts/benchmark_latency.py                  # every clip, default backends
+    python scripts/benchmark_latency.py --limit 2        # a quick check
+    python scripts/benchmark_latency.py -- --llm_model other.gguf   # flags after -- go to the program
 
-Every clip runs in a fresh Python subprocess (this script in its hidden child mode, which
-calls :func:`speech_to_speech.main.run` and prints one JSON line), so model load time and
-peak memory are those of a cold start of one run, not shared between clips.
+(a) **Voice-to-voice, from the audio.** Each clip runs through the real main command, in a
+    fresh process, fed at real-time pace like a microphone::
 
-Clips come from the Debian package ``pocketsphinx-testdata``
-(``/usr/share/pocketsphinx/test/data/librivox/*.wav``, located with ``dpkg -L``), or from
-``--clips_dir``. Flags after ``--`` are passed to the pipeline unchanged, e.g.::
+        python s2s_pipeline.py --input_audio CLIP --output_audio OUT.wav [FLAGS AFTER --]
 
-    python scripts/benchmark_latency.py --limit 3 -- --llm_backend transformers --device cpu
+    ``OUT.wav`` is on the input's timeline, so voice-to-voice is read from the two files, not
+    from the program's clocks: **end of speech** in the input is the end of the last 20 ms frame
+    whose RMS is above ``max(peak RMS - 30 dB, 2.5 x noise floor)`` (noise floor: the 10th
+    percentile of frame RMS), and **first reply audio** is the first output sample with
+    ``|x| > 0.001`` (-60 dBFS). ``v2v log`` is what the program itself printed
+    (``[turn 1] ... voice-to-voice N ms``), with its STT, TTFT and TTFA; **RSS** is the peak
+    resident memory of that process (``os.wait4``).
+(b) **Compute floor** of the same backends and flags (built from the registry as the CLI
+    builds them, no pipeline, no queues, models loaded once in this process and warmed up by
+    one untimed turn): STT of the whole
+    clip + LLM from request to its first chunk for TTS (the product's own sentence streamer: the
+    first clause or sentence) + TTS of that chunk (the faster of two syntheses).
+(c) **Naive sequential baseline** on the same models: STT, then the whole reply, then all of it
+    synthesised; its first audio would come only then.
 
-What is measured (all times are ``time.monotonic()`` differences inside the child):
+    ``v2v/floor`` and ``v2v/base`` are per-clip ratios of (a) to (b) and (c). Floor and baseline
+    are compute only; (a) also holds the VAD's endpointing silence (``--min_silence_ms``), which
+    any system that endpoints on silence waits for, shown on the summary line.
+(d) **Idle cost** of the main command, CPU % of one core averaged over ``--idle_s`` seconds
+    (psutil, else ``/proc``) once its models are loaded, and its peak RSS: ``server`` is
+    ``--mode server`` with no client (ready when its port accepts); ``listening`` is file mode
+    on a long recording of room noise (-60 dBFS), i.e. VAD running with nobody speaking (ready
+    when it prints ``ready`` or its CPU falls under 25 %).
 
-- **endpoint ms** (VAD endpoint delay): end of user speech (arrival of the last audio chunk
-  the VAD scored as speech) -> the VAD's endpoint decision. Dominated by ``--min_silence_ms``.
-- **STT ms**: time the STT stage spent transcribing the endpointed segment.
-- **TTFT ms** (time to first token): LLM request start -> first token from the LLM.
-- **TTFA ms** (time to first audio): LLM request start -> first assistant audio at the sink.
-- **v2v ms** (voice-to-voice latency): end of user speech -> first assistant audio at the
-  sink; roughly endpoint + STT + TTFA plus queueing.
-- **load max s / load sum s**: per-stage model load (setup) seconds as reported in
-  :attr:`RunSummary.load_seconds`. Stages load in parallel threads, so the *max* approximates
-  the wall-clock time the pipeline waits before it starts listening; the *sum* is the total
-  of the (overlapping) per-stage times. Stages that do not time their setup count as 0.
-- **RSS MB**: peak resident set size of the child process (``getrusage`` ``ru_maxrss``, the
-  larger of the process itself and any processes it waited for), in MiB.
-
-Latency columns have one row per assistant turn (a clip can yield several turns; extra turns
-are labelled ``clip#N``); load and RSS are per run and shown on the run's first row. The
-``p50``/``p90`` rows are percentiles (linear interpolation, ``numpy.percentile``) over all
-turns for latency columns and over all successful runs for load and RSS. ``-`` means no value
-(e.g. a clip in which the VAD found no speech, or a failed run).
-
-Exit status: 0 when every run succeeded, 1 when no clips were found or any run failed,
+Tables have one row per clip and p50/p90 rows (linear interpolation); the last lines compare
+with the goals (v2v p50 <= 800 ms, v2v <= 0.5 x baseline, idle <= 3 % of a core, RSS <= 1.5 GB).
+``--json PATH`` also writes every number. Exit status: 0 when every run worked, 1 otherwise,
 2 on bad flags.
 """
 
@@ -45,286 +46,367 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import resource
-import subprocess
+import re
+import socket
 import sys
 import tempfile
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: the repository root (this file lives in ``scripts/``)
-REPO_ROOT = Path(__file__).resolve().parent.parent
-#: where pocketsphinx-testdata installs its LibriVox clips on Debian and Ubuntu
-DEFAULT_CLIPS_DIR = Path("/usr/share/pocketsphinx/test/data/librivox")
-#: the Debian package that ships the clips
-CLIPS_PACKAGE = "pocketsphinx-testdata"
-#: prefix of the one result line a child prints on stdout
-RESULT_PREFIX = "BENCHMARK_RESULT "
-#: per-turn latency columns: (TurnMetrics attribute, header)
-LATENCY_COLUMNS = (
-    ("endpoint_delay_ms", "endpoint ms"),
-    ("stt_ms", "STT ms"),
-    ("ttft_ms", "TTFT ms"),
-    ("ttfa_ms", "TTFA ms"),
-    ("voice_to_voice_ms", "v2v ms"),
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import (
+    REPO_ROOT,
+    Child,
+    build_handler,
+    cell,
+    find_clips,
+    one_line,
+    percentile,
+    print_table,
+    read_transcripts,
 )
-#: per-run columns: (RunResult attribute, header)
-RUN_COLUMNS = (("load_max_s", "load max s"), ("load_sum_s", "load sum s"), ("peak_rss_mb", "RSS MB"))
+
+from tests.speech_utils import word_error_rate
+
 PROG = "benchmark_latency.py"
+MAIN = str(REPO_ROOT / "s2s_pipeline.py")
+#: the goals of the latency work (issue 9)
+GOAL_V2V_MS, GOAL_RATIO, GOAL_IDLE_PCT, GOAL_RSS_MB = 800.0, 0.5, 3.0, 1536.0
+METRICS_LINE = re.compile(r"^\[turn (\d+)\] STT (.+?) \| TTFT (.+?) \| TTFA (.+?) \| voice-to-voice (.+)$")
 
 
 @dataclass
-class RunResult:
-    """What one child run reported (or why it failed).
-
-    Attributes:
-        clip: the clip's file stem.
-        turns: per-turn latency dicts (keys of :data:`LATENCY_COLUMNS`, values ms or None).
-        load_seconds: setup seconds per stage name.
-        peak_rss_mb: peak resident set size of the child, MiB.
-        error: a one-line reason when the run failed, else None.
-    """
+class ClipResult:
+    """Everything measured on one clip (times in ms; None when not measured)."""
 
     clip: str
-    turns: list[dict[str, float | None]] = field(default_factory=list)
-    load_seconds: dict[str, float] = field(default_factory=dict)
-    peak_rss_mb: float | None = None
+    reference: str = ""
+    heard: str = ""
+    reply: str = ""
+    turns: int = 0
+    v2v_ms: float | None = None
+    log: dict[str, float | None] = field(default_factory=dict)
+    rss_mb: float | None = None
     error: str | None = None
+    stt_text: str = ""
+    wer: float | None = None
+    stt_ms: float | None = None
+    llm_first_ms: float | None = None
+    tts_first_ms: float | None = None
+    llm_all_ms: float | None = None
+    tts_all_ms: float | None = None
+    first_chunk: str = ""
 
     @property
-    def load_max_s(self) -> float | None:
-        """The longest per-stage load, s (≈ wall time of the parallel load phase)."""
-        return max(self.load_seconds.values()) if self.load_seconds else None
+    def floor_ms(self) -> float | None:
+        parts = (self.stt_ms, self.llm_first_ms, self.tts_first_ms)
+        return None if None in parts else sum(parts)  # type: ignore[arg-type]
 
     @property
-    def load_sum_s(self) -> float | None:
-        """The sum of per-stage loads, s."""
-        return sum(self.load_seconds.values()) if self.load_seconds else None
+    def base_ms(self) -> float | None:
+        parts = (self.stt_ms, self.llm_all_ms, self.tts_all_ms)
+        return None if None in parts else sum(parts)  # type: ignore[arg-type]
+
+    def ratio(self, other: float | None) -> float | None:
+        return self.v2v_ms / other if self.v2v_ms is not None and other else None
 
 
-# -- child mode ---------------------------------------------------------------------------
+# -- reading the audio ----------------------------------------------------------------------
 
 
-def peak_rss_mb() -> float:
-    """Peak RSS of this process and its waited-for children, MiB."""
-    peak = max(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
-    )
-    # ru_maxrss is in KiB on Linux and in bytes on macOS
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
-
-
-def run_child(clip: str, output_audio: str, extra: list[str]) -> int:
-    """Run the pipeline once on ``clip`` and print one :data:`RESULT_PREFIX` JSON line.
-
-    Returns:
-        The exit status: 0 on success, 1 when the pipeline rejected its input.
-    """
-    sys.path.insert(0, str(REPO_ROOT))
-    from speech_to_speech.cli import parse_args
-    from speech_to_speech.main import run
-    from speech_to_speech.pipeline import PipelineError
-    from speech_to_speech.registry import BackendUnavailableError, UnknownBackendError
-
-    args = parse_args(["--input_audio", clip, "--output_audio", output_audio, *extra])
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
-    )
-    try:
-        summary = run(args)
-    except (PipelineError, UnknownBackendError, BackendUnavailableError, FileNotFoundError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    result = {
-        "turns": [{name: getattr(turn, name) for name, _ in LATENCY_COLUMNS} for turn in summary.turns],
-        "load_seconds": summary.load_seconds,
-        "peak_rss_mb": peak_rss_mb(),
-    }
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-    return 0
-
-
-# -- parent mode --------------------------------------------------------------------------
-
-
-def find_clips(clips_dir: str | None) -> list[Path]:
-    """The ``*.wav`` clips in ``clips_dir``, or those of pocketsphinx-testdata, sorted."""
-    if clips_dir is not None:
-        return sorted(Path(clips_dir).glob("*.wav"))
-    try:
-        listing = subprocess.run(
-            ["dpkg", "-L", CLIPS_PACKAGE], capture_output=True, text=True, check=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        listing = ""
-    clips = [Path(line) for line in listing.splitlines() if "/librivox/" in line and line.endswith(".wav")]
-    clips = [clip for clip in clips if clip.is_file()]
-    return sorted(clips) if clips else sorted(DEFAULT_CLIPS_DIR.glob("*.wav"))
-
-
-def run_clip(clip: Path, extra: list[str], workdir: Path, timeout_s: float) -> RunResult:
-    """Run one clip in a fresh child process and collect its result."""
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--child",
-        str(clip),
-        str(workdir / f"{clip.stem}.wav"),
-        "--",
-        *extra,
-    ]
-    result = RunResult(clip.stem)
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
-    except subprocess.TimeoutExpired:
-        result.error = f"timed out after {timeout_s:.0f} s"
-        return result
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-    if proc.returncode != 0 or not lines:
-        stderr = [line for line in proc.stderr.splitlines() if line.strip()]
-        result.error = f"exit {proc.returncode}: {stderr[-1] if stderr else 'no result line'}"
-        return result
-    data: dict[str, Any] = json.loads(lines[-1][len(RESULT_PREFIX) :])
-    result.turns = data["turns"]
-    result.load_seconds = data["load_seconds"]
-    result.peak_rss_mb = data["peak_rss_mb"]
-    return result
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile of ``values`` (linear interpolation), None if empty."""
+def speech_end_s(samples: Any, rate: int, frame_ms: int = 20) -> float | None:
+    """End of the last frame of speech: RMS above ``max(peak - 30 dB, 2.5 x noise floor)``."""
     import numpy as np
 
-    return float(np.percentile(values, q)) if values else None
+    frame = rate * frame_ms // 1000
+    count = len(samples) // frame
+    if count == 0:
+        return None
+    rms = np.sqrt((np.asarray(samples[: count * frame], dtype=np.float64).reshape(count, frame) ** 2).mean(axis=1))
+    threshold = max(rms.max() * 10 ** (-30 / 20), 2.5 * np.percentile(rms, 10))
+    loud = np.flatnonzero(rms > threshold)
+    return (loud[-1] + 1) * frame / rate if len(loud) else None
 
 
-def _cell(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def first_sound_s(samples: Any, rate: int, threshold: float = 1e-3) -> float | None:
+    """Time of the first sample with ``|x| > threshold``, None if all is silence."""
+    import numpy as np
+
+    loud = np.flatnonzero(np.abs(samples) > threshold)
+    return loud[0] / rate if len(loud) else None
 
 
-class Table:
-    """Collects rows and prints them with aligned columns; an empty row prints as a blank line."""
+def read_mono(path: Path) -> tuple[Any, int]:
+    import soundfile as sf
 
-    def __init__(self, headers: list[str]) -> None:
-        self.headers = headers
-        self.rows: list[list[str]] = []
-
-    def add(self, row: list[str]) -> None:
-        """Append a row of already formatted cells (or ``[]`` for a blank line)."""
-        self.rows.append(row)
-
-    def print(self) -> None:
-        """Print the header, a rule and the rows (first column left-aligned, others right)."""
-        filled = [self.headers, *(row for row in self.rows if row)]
-        widths = [max(len(row[i]) for row in filled) for i in range(len(self.headers))]
-
-        def line(row: list[str]) -> str:
-            cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-            return "  ".join(cells).rstrip()
-
-        print(line(self.headers))
-        print("  ".join("-" * w for w in widths))
-        for row in self.rows:
-            print(line(row) if row else "")
+    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    return data.mean(axis=1), rate
 
 
-def _run_cells(values: list[float | None]) -> list[str]:
-    """Format per-run values in :data:`RUN_COLUMNS` order (seconds to 0.1, MiB to 1)."""
-    return [_cell(v, 0 if name == "peak_rss_mb" else 1) for v, (name, _) in zip(values, RUN_COLUMNS, strict=True)]
+def _ms(text: str) -> float | None:
+    match = re.match(r"\s*(\d+(?:\.\d+)?)", text)
+    return float(match.group(1)) if match else None
 
 
-def report(results: list[RunResult]) -> None:
-    """Print one row per turn (or failed/empty run), then p50 and p90 rows."""
-    table = Table(["clip"] + [h for _, h in LATENCY_COLUMNS] + [h for _, h in RUN_COLUMNS])
-    no_latency = ["-"] * len(LATENCY_COLUMNS)
-    for result in results:
-        per_run = _run_cells([getattr(result, name) for name, _ in RUN_COLUMNS])
-        if not result.turns:  # failed, or no speech/response
-            table.add([result.clip, *no_latency, *per_run])
-        for index, turn in enumerate(result.turns):
-            label = result.clip if index == 0 else f"{result.clip}#{index + 1}"
-            latencies = [_cell(turn.get(name), 0) for name, _ in LATENCY_COLUMNS]
-            table.add([label, *latencies, *(per_run if index == 0 else [""] * len(RUN_COLUMNS))])
-    ok = [r for r in results if r.error is None]
-    turns = [turn for r in ok for turn in r.turns]
-    table.add([])
+# -- (a) the main command on each clip -----------------------------------------------------
+
+
+def run_pipeline(result: ClipResult, clip: Path, extra: list[str], workdir: Path, timeout_s: float) -> None:
+    """Run the main command on ``clip``; fill in voice-to-voice from the audio, the log and RSS."""
+    out = workdir / f"{clip.stem}.reply.wav"
+    child = Child([sys.executable, MAIN, "--input_audio", str(clip), "--output_audio", str(out), *extra])
+    status, result.rss_mb = child.finish(timeout_s)
+    if status != 0 or not out.is_file():
+        result.error = child.failure()
+        return
+    for line in child.stdout:
+        if match := re.match(r"^\[turn (\d+)\] (user|assistant): (.*)$", line):
+            result.turns = max(result.turns, int(match.group(1)))
+            if match.group(1) == "1":
+                setattr(result, "heard" if match.group(2) == "user" else "reply", match.group(3))
+        elif (match := METRICS_LINE.match(line)) and match.group(1) == "1":
+            names = ("stt_ms", "ttft_ms", "ttfa_ms", "v2v_ms")
+            result.log = {name: _ms(value) for name, value in zip(names, match.groups()[1:], strict=True)}
+    end = speech_end_s(*read_mono(clip))
+    reply = first_sound_s(*read_mono(out))
+    if end is None or reply is None:
+        result.error = "no speech in the input" if end is None else "no reply audio in the output"
+        return
+    result.v2v_ms = (reply - end) * 1000
+
+
+# -- (b) floor and (c) baseline: the stages directly ------------------------------------------
+
+
+def measure_compute(results: list[ClipResult], clips: list[Path], extra: list[str]) -> str | None:
+    """Fill in STT, LLM and TTS times per clip; returns an error line, or None."""
+    from speech_to_speech.audio_io import load_audio
+    from speech_to_speech.cli import parse_args
+    from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
+
+    args = parse_args(["--input_audio", str(clips[0]), "--output_audio", "unused.wav", *extra])
+    try:
+        stt, llm, tts = (build_handler(stage, args) for stage in ("stt", "llm", "tts"))
+        for handler in (stt, llm, tts):
+            handler.setup()
+    except Exception as exc:
+        return f"loading the models failed: {one_line(exc)}"
+
+    def timed_synthesis(text: str) -> float:  # the faster of two runs: a floor, not a first call
+        times = []
+        for _ in range(2):
+            start = time.monotonic()
+            for _ in tts.synthesize(text):
+                pass
+            times.append((time.monotonic() - start) * 1000)
+        return min(times)
+
+    for _ in llm.process(Transcript(llm.gate.new_turn_stamp(), "Hello!", language="en")):
+        pass  # one untimed turn: the floor is warm compute, not a first call
+    for result, clip in zip(results, clips, strict=True):
+        samples = load_audio(clip)
+        start = time.monotonic()
+        text, _ = stt.transcribe(samples, 16_000)
+        result.stt_ms = (time.monotonic() - start) * 1000
+        result.stt_text = text
+        result.wer = word_error_rate(result.reference, text) if result.reference else None
+        llm.chat.reset()  # every clip is a first turn, as in a fresh program
+        chunks: list[str] = []
+        start = time.monotonic()
+        for item in llm.process(Transcript(llm.gate.new_turn_stamp(), text, language="en")):
+            if isinstance(item, TTSInput):
+                if not chunks:
+                    result.llm_first_ms = (time.monotonic() - start) * 1000
+                chunks.append(item.text)
+            elif isinstance(item, EndOfResponse):
+                result.llm_all_ms = (time.monotonic() - start) * 1000
+        if chunks:
+            result.first_chunk = chunks[0]
+            result.tts_first_ms = timed_synthesis(chunks[0])
+            result.tts_all_ms = timed_synthesis(" ".join(chunks))
+        print(f"  compute {clip.stem}: {text!r} -> first chunk {result.first_chunk!r}", file=sys.stderr, flush=True)
+    for handler in (stt, llm, tts):
+        handler.cleanup()
+    return None
+
+
+# -- (d) idle cost ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def measure_idle(mode: str, extra: list[str], workdir: Path, idle_s: float, timeout_s: float) -> dict[str, Any]:
+    """CPU % of one core over ``idle_s`` once loaded, and peak RSS, of the main command idling in ``mode``."""
+    import numpy as np
+    import soundfile as sf
+
+    if mode == "server":
+        port = free_port()
+        child = Child([sys.executable, MAIN, "--mode", "server", "--host", "127.0.0.1", "--port", str(port), *extra])
+        is_ready = lambda: _accepts(port)  # noqa: E731
+    else:
+        noise = np.random.default_rng(0).normal(0.0, 1e-3, int(16_000 * (idle_s + 30))).astype(np.float32)
+        sf.write(str(workdir / "room.wav"), noise, 16_000)
+        out = str(workdir / "room.reply.wav")
+        command = [sys.executable, MAIN, "--input_audio", str(workdir / "room.wav"), "--output_audio", out, *extra]
+        child = Child(command, ready=r"^ready\b")
+        began = time.monotonic()
+
+        def is_ready() -> bool:
+            if child.ready.is_set():
+                return True
+            cpu = child.cpu_percent(1.0)
+            return time.monotonic() - began > 5 and cpu is not None and cpu < 25
+
+    deadline = time.monotonic() + timeout_s
+    while child.running() and time.monotonic() < deadline and not is_ready():
+        time.sleep(0.5)
+    cpu = None
+    if child.running() and time.monotonic() < deadline:
+        time.sleep(1.0)  # let the start settle
+        cpu = child.cpu_percent(idle_s)
+    child.signal()
+    _, rss = child.finish(30)
+    error = None if cpu is not None else f"never idle: {child.failure()}"
+    return {"mode": mode, "cpu_pct": cpu, "rss_mb": rss, "error": error}
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def _table(results: list[ClipResult], headers: list[str], numbers: list[list[float | None]], digits: list[int]) -> None:
+    """One row per clip, then p50 and p90 rows over the clips that have a value."""
+    rows = [
+        [r.clip, *(cell(v, d) for v, d in zip(row, digits, strict=True))]
+        for r, row in zip(results, numbers, strict=True)
+    ]
+    rows.append([])
+    columns = list(zip(*numbers, strict=True))
     for q in (50, 90):
-        latency = [percentile([t[n] for t in turns if t.get(n) is not None], q) for n, _ in LATENCY_COLUMNS]
-        per_run_q = [percentile([v for r in ok if (v := getattr(r, n)) is not None], q) for n, _ in RUN_COLUMNS]
-        table.add([f"p{q}", *(_cell(v, 0) for v in latency), *_run_cells(per_run_q)])
-    table.print()
-    print(
-        f"\n{len(turns)} turn(s) from {len(results)} run(s), {len(ok)} succeeded. "
-        "load max/sum s: the longest / the total of the per-stage model setup times (stages load in parallel). "
-        "RSS MB: peak RSS of the run's process."
-    )
-    for result in results:
-        if result.error is not None:
-            print(f"FAILED {result.clip}: {result.error}")
-        elif not result.turns:
-            print(f"NO TURNS {result.clip}: the pipeline produced no response")
+        values = [percentile([v for v in column if v is not None], q) for column in columns]
+        rows.append([f"p{q}", *(cell(v, d) for v, d in zip(values, digits, strict=True))])
+    print_table(headers, rows)
 
 
-def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``argv`` at the first ``--`` into (own flags, pipeline flags)."""
-    if "--" in argv:
-        index = argv.index("--")
-        return argv[:index], argv[index + 1 :]
-    return argv, []
+def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[str]) -> None:
+    """Print the tables and the goal lines."""
+    print("(a) the main command, voice-to-voice read from the audio files")
+    log = [[r.log.get(k) for k in ("v2v_ms", "stt_ms", "ttft_ms", "ttfa_ms")] for r in results]
+    numbers = [[r.turns, r.v2v_ms, *values, r.rss_mb] for r, values in zip(results, log, strict=True)]
+    headers = ["clip", "turns", "v2v ms", "v2v log", "STT log", "TTFT log", "TTFA log", "RSS MB"]
+    _table(results, headers, numbers, [0] * 7)
+
+    print("\n(b) compute floor and (c) naive sequential baseline, same models, no pipeline (ms)")
+    numbers = [
+        [r.wer, r.stt_ms, r.llm_first_ms, r.tts_first_ms, r.floor_ms, r.llm_all_ms, r.tts_all_ms, r.base_ms]
+        for r in results
+    ]
+    numbers = [[*row, r.ratio(r.floor_ms), r.ratio(r.base_ms)] for r, row in zip(results, numbers, strict=True)]
+    headers = ["clip", "WER", "STT", "LLM 1st", "TTS 1st", "floor", "LLM all", "TTS all", "base"]
+    _table(results, [*headers, "v2v/floor", "v2v/base"], numbers, [2, 0, 0, 0, 0, 0, 0, 0, 2, 2])
+
+    if idle:
+        print("\n(d) the main command idle, models loaded")
+        rows = [[i["mode"], cell(i["cpu_pct"], 1), cell(i["rss_mb"], 0), i["error"] or ""] for i in idle]
+        print_table(["mode", "CPU % of a core", "RSS MB", "note"], rows)
+
+    from speech_to_speech.cli import parse_args
+
+    silence = parse_args(["--input_text", "x", *extra]).min_silence_ms
+    v2v = percentile([r.v2v_ms for r in results if r.v2v_ms is not None], 50)
+    ratio = percentile([x for r in results if (x := r.ratio(r.base_ms)) is not None], 50)
+    idle_max = max((i["cpu_pct"] for i in idle if i["cpu_pct"] is not None), default=None)
+    rss = max((x for x in [*(r.rss_mb for r in results), *(i["rss_mb"] for i in idle)] if x is not None), default=None)
+
+    def goal(name: str, value: float | None, limit: float, unit: str, digits: int = 0) -> str:
+        verdict = "-" if value is None else ("ok" if value <= limit else "MISSED")
+        return f"  {name}: {cell(value, digits)}{unit} (goal <= {limit:g}{unit}) {verdict}"
+
+    print(f"\ngoals ({len(results)} clip(s); v2v holds the VAD's {silence} ms endpointing silence)")
+    print(goal("voice-to-voice p50", v2v, GOAL_V2V_MS, " ms"))
+    print(goal("v2v / naive baseline p50", ratio, GOAL_RATIO, "x", 2))
+    print(goal("idle CPU, worst mode", idle_max, GOAL_IDLE_PCT, " % of a core", 1))
+    print(goal("peak RSS, worst run", rss, GOAL_RSS_MB, " MiB"))
+    for r in results:
+        print(f"  {r.clip}: heard {r.heard!r} (reference {r.reference!r}); reply {r.reply[:100]!r}")
+        if r.error:
+            print(f"  FAILED {r.clip}: {r.error}")
+
+
+# -- main -------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The benchmark's own flags (pipeline flags go after ``--``)."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Voice-to-voice latency benchmark over LibriVox clips (one fresh process per clip). "
-        "Flags after -- go to s2s_pipeline.py.",
+        description="Voice-to-voice from the audio files, compute floor, naive baseline and idle cost over the "
+        "LibriVox clips. Flags after -- go to s2s_pipeline.py (and build the floor's models).",
     )
-    parser.add_argument("--clips_dir", help=f"folder of *.wav clips (default: the {CLIPS_PACKAGE} LibriVox clips)")
-    parser.add_argument("--limit", type=int, metavar="N", help="run only the first N clips")
-    parser.add_argument("--timeout_s", type=float, default=600.0, help="seconds allowed per run (default 600)")
-    parser.add_argument("--child", nargs=2, metavar=("CLIP", "OUT_WAV"), help=argparse.SUPPRESS)
+    parser.add_argument("--clips_dir", help="folder of *.wav clips (default: the pocketsphinx-testdata LibriVox clips)")
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N clips")
+    parser.add_argument("--timeout_s", type=float, default=600.0, help="seconds allowed per program run")
+    parser.add_argument("--idle_s", type=float, default=10.0, help="seconds of idle CPU sampling per mode")
+    parser.add_argument("--no_compute", action="store_true", help="skip (b) and (c)")
+    parser.add_argument("--no_idle", action="store_true", help="skip (d)")
+    parser.add_argument("--json", metavar="PATH", help="also write every number here")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
-    own, extra = split_extra(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = build_parser()
     args = parser.parse_args(own)
-    if args.child:
-        return run_child(args.child[0], args.child[1], extra)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
-
-    # reject bad pipeline flags once, here, instead of once per clip
-    sys.path.insert(0, str(REPO_ROOT))
     from speech_to_speech.cli import parse_args
 
-    parse_args(["--input_audio", "clip.wav", "--output_audio", "out.wav", *extra])
-
+    parse_args(["--input_audio", "clip.wav", "--output_audio", "out.wav", *extra])  # bad flags fail here, once
     clips = find_clips(args.clips_dir)[: args.limit]
     if not clips:
-        where = args.clips_dir or f"{DEFAULT_CLIPS_DIR} (package {CLIPS_PACKAGE})"
         print(
-            f"{PROG}: error: no *.wav clips found in {where}; install {CLIPS_PACKAGE} or pass --clips_dir",
-            file=sys.stderr,
+            f"{PROG}: error: no *.wav clips found; install pocketsphinx-testdata or pass --clips_dir", file=sys.stderr
         )
         return 1
-
-    print(f"{len(clips)} clip(s) from {clips[0].parent}, pipeline flags: {' '.join(extra) or '(defaults)'}")
-    results = []
+    references = read_transcripts(clips)
+    results = [ClipResult(clip.stem, reference=references.get(clip.stem, "")) for clip in clips]
+    print(f"{len(clips)} clip(s) from {clips[0].parent}; program flags: {' '.join(extra) or '(defaults)'}")
+    idle: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="s2s-bench-") as tmp:
-        for number, clip in enumerate(clips, 1):
-            print(f"[{number}/{len(clips)}] {clip.name} ...", file=sys.stderr, flush=True)
-            results.append(run_clip(clip, extra, Path(tmp), args.timeout_s))
+        for number, (result, clip) in enumerate(zip(results, clips, strict=True), 1):
+            print(f"[{number}/{len(clips)}] {clip.name}: the main command ...", file=sys.stderr, flush=True)
+            run_pipeline(result, clip, extra, Path(tmp), args.timeout_s)
+        if not args.no_idle:
+            for mode in ("server", "listening"):
+                print(f"idle: {mode} ...", file=sys.stderr, flush=True)
+                idle.append(measure_idle(mode, extra, Path(tmp), args.idle_s, args.timeout_s))
+    compute_error = None
+    if not args.no_compute:
+        print("compute floor and baseline ...", file=sys.stderr, flush=True)
+        compute_error = measure_compute(results, clips, extra)
     print()
-    report(results)
-    return 0 if all(r.error is None for r in results) else 1
+    report(results, idle, extra)
+    if compute_error:
+        print(f"FAILED compute floor: {compute_error}")
+    if args.json:
+        data = {"clips": [asdict(r) | {"floor_ms": r.floor_ms, "base_ms": r.base_ms} for r in results], "idle": idle}
+        Path(args.json).write_text(json.dumps(data, indent=1))
+    failed = compute_error or any(r.error for r in results) or any(i["error"] for i in idle)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

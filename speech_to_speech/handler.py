@@ -16,6 +16,10 @@ from speech_to_speech.queues import StageQueue
 
 logger = logging.getLogger(__name__)
 
+#: ``extra`` for log records of failures that are also published as events (and so shown
+#: by the console): a console log filter drops them to show each failure once
+SHOWN_AS_EVENT = {"shown_as_event": True}
+
 
 class BaseHandler(threading.Thread):
     """One pipeline stage running in its own thread.
@@ -154,6 +158,6 @@ class BaseHandler(threading.Thread):
             self._emit_all(method(item) if item is not None else method())
         except Exception as exc:
             what = type(item).__name__ if item is not None else "end of stream"
-            logger.exception("%s failed on %s", self.name, what)
+            logger.exception("%s failed on %s", self.name, what, extra=SHOWN_AS_EVENT)
             turn_id = getattr(getattr(item, "stamp", None), "turn_id", 0)
             self.bus.publish(StageError(turn_id, stage=self.name, message=f"{type(exc).__name__}: {exc}"))

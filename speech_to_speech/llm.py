@@ -31,7 +31,7 @@ from typing import Any
 from speech_to_speech.cancel import Stamp
 from speech_to_speech.chat import Chat
 from speech_to_speech.events import AssistantText, Event, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
-from speech_to_speech.handler import BaseHandler
+from speech_to_speech.handler import SHOWN_AS_EVENT, BaseHandler
 from speech_to_speech.llm_api import (
     AssistantMessage,
     EmptyRequestError,
@@ -278,7 +278,7 @@ class BaseLLMHandler(BaseHandler):
                 yield self._tts_or_text(st, TIMEOUT_APOLOGY)
         except Exception as exc:  # a failing provider must never end the session
             st.error = f"{type(exc).__name__}: {exc}"
-            logger.exception("%s: generation failed", self.name)
+            logger.exception("%s: generation failed", self.name, extra=SHOWN_AS_EVENT)
         yield from self._finish(st, sent, txn)
 
     def _consume(self, st: _ResponseState, events: Iterator[ProviderEvent], start: float) -> Iterator[Any]:
@@ -370,7 +370,7 @@ class BaseLLMHandler(BaseHandler):
                     txn.complete(lambda: self._commit(st.key))
             except Exception as exc:
                 st.error = f"history: {exc}"
-                logger.exception("%s: history write failed", self.name)
+                logger.exception("%s: history write failed", self.name, extra=SHOWN_AS_EVENT)
         if not committed:
             if stale:
                 self.chat.cancel_provisional_generation(st.key)

@@ -125,29 +125,20 @@ def _install_signal_handlers(pipeline: Pipeline) -> dict[int, object]:
 class ConsoleLogFilter(logging.Filter):
     """Keeps tracebacks off the console below debug level.
 
-    A failure inside a turn is already shown once by the console, from its
-    event (:class:`~speech_to_speech.events.StageError`, or the reply's error);
-    the log records of those failures are dropped. Any other record with an
-    exception keeps its message, with the exception's type and text appended
-    instead of the traceback. With ``--log_level debug`` this filter is not
-    installed and every traceback is logged.
+    A failure inside a turn is shown once by the console, from its event
+    (:class:`~speech_to_speech.events.StageError`, or the reply's error); its log
+    record, marked with :data:`~speech_to_speech.handler.SHOWN_AS_EVENT`, is
+    dropped. Any other record with an exception keeps its message, with the
+    exception's type and text appended instead of the traceback. With
+    ``--log_level debug`` this filter is not installed and every traceback is logged.
     """
-
-    #: (logger name, message template) of failures the console shows from events
-    SHOWN_AS_EVENTS = frozenset(
-        {
-            ("speech_to_speech.handler", "%s failed on %s"),
-            ("speech_to_speech.llm", "%s: generation failed"),
-            ("speech_to_speech.llm", "%s: history write failed"),
-        }
-    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Drop or shorten ``record``; True when it should still be printed."""
+        if getattr(record, "shown_as_event", False):
+            return False
         if not record.exc_info:
             return True
-        if (record.name, record.msg) in self.SHOWN_AS_EVENTS:
-            return False
         exc = record.exc_info[1]
         if exc is not None:
             record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}".replace("%", "%%")

@@ -19,11 +19,20 @@ from speech_to_speech.tts import BaseTTSHandler
 
 #: onnxruntime intra-op threads for Piper: one. On the 2-core target the TTS runs while the
 #: LLM still generates (llama.cpp on both cores) and STT may be decoding, so a second thread
-#: only waits for a busy core. Measured on the 2-core machine, time to the first chunk of
-#: "Paris is the capital of France," (1.9 s of audio), p50 of 12 runs each:
-#: other process busy on one core: 1 thread 79-252 ms, 2 threads 121-342 ms (2 without
-#: spinning 277 ms); no extra load: 1 thread 80-115 ms, 2 threads 171-279 ms. One thread also
-#: means no pool of spinning worker threads after each call (idle CPU).
+#: mostly waits for a busy core. Time to the first chunk of "Paris is the capital of France,"
+#: (1.9 s of audio) on the 2-core machine, p50 of 12 interleaved runs, range over 3 rounds:
+#:
+#: ====================================  ==========  ==========  ====================
+#: load                                  1 thread    2 threads   2 threads, no spin
+#: ====================================  ==========  ==========  ====================
+#: another process busy on one core      165-166 ms  231-242 ms  175-189 ms
+#: llama.cpp (2 threads) generating      139-256 ms  168-311 ms  118-251 ms
+#: no extra load                         80-84 ms    56-151 ms   70-118 ms
+#: ====================================  ==========  ==========  ====================
+#:
+#: One thread is the fastest or level whenever a core is taken, and steady when none is
+#: (p90 <= 95 ms against 152-181 ms for 2 threads); it takes no core from the LLM and leaves
+#: no pool of worker threads spinning after each call.
 INTRA_OP_THREADS = 1
 
 

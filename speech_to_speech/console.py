@@ -22,6 +22,7 @@ from speech_to_speech.events import (
     StageError,
     TurnMetrics,
     UserTranscript,
+    UserTranscriptDelta,
 )
 
 
@@ -93,18 +94,28 @@ def _fmt(value: float | None) -> str:
 class ConsoleReporter:
     """Prints user transcripts, replies and per-turn latencies.
 
+    Partial transcripts (while the user speaks) rewrite one line on a terminal and
+    are printed as lines otherwise.
+
     Args:
         stream: where to print (default stdout).
     """
 
     def __init__(self, bus: EventBus, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
+        self._tty = self.stream.isatty()
+        self._partial_shown = False  # a partial line is on the terminal, without its newline
         bus.subscribe(self.on_event)
 
     def on_event(self, event: Event) -> None:
         """Print the events a person wants to see."""
         line = None
-        if isinstance(event, UserTranscript):
+        clear = "\r\033[K" if self._partial_shown else ""
+        if isinstance(event, UserTranscriptDelta):
+            partial = f"[turn {event.turn_id}] user (partial): {event.text}"
+            print(clear + partial, end="" if self._tty else "\n", file=self.stream, flush=True)
+            self._partial_shown = self._tty
+        elif isinstance(event, UserTranscript):
             line = f"[turn {event.turn_id}] user: {event.text}"
         elif isinstance(event, AssistantText):
             if event.error and not event.text.strip():
@@ -121,7 +132,8 @@ class ConsoleReporter:
         elif isinstance(event, StageError):
             line = f"[turn {event.turn_id}] {event.stage} error: {event.message}"
         if line is not None:
-            print(line, file=self.stream, flush=True)
+            print(clear + line, file=self.stream, flush=True)
+            self._partial_shown = False
 
     def no_speech(self, path: str | Path) -> None:
         """Say that the voice activity detector found no speech in the input file ``path``."""

@@ -62,12 +62,62 @@ class SpeechStopped(Event):
 
 
 @dataclass
+class TurnSpeculated(Event):
+    """A short pause (``speculative_silence_ms``) sent the turn on before its endpoint was confirmed.
+
+    Its transcript and reply are computed at once but held: nothing of it is heard or
+    written to history unless the endpoint follows (then :class:`SpeechStopped`).
+
+    Attributes:
+        revision: the speculative revision of the turn.
+        audio_ms: where speech ended in the input stream, ms since the stream began.
+    """
+
+    revision: int = 0
+    audio_ms: float = 0.0
+
+
+@dataclass
+class TurnSuperseded(Event):
+    """The user spoke on after a speculative pause: that revision is stale, ``revision`` replaces it."""
+
+    revision: int = 0
+
+
+@dataclass
+class UserTranscriptDelta(Event):
+    """A partial transcript while the user is still speaking (streaming STT).
+
+    Attributes:
+        text: the transcript of the turn's audio so far (may still change).
+        delta: words that became stable since the previous delta of this turn, to append to the
+            earlier deltas (the first has no leading space); "" when nothing new is stable.
+        stt_ms: time the partial pass took, ms.
+        audio_ms: length of the audio transcribed, ms.
+    """
+
+    text: str = ""
+    delta: str = ""
+    stt_ms: float = 0.0
+    audio_ms: float = 0.0
+
+
+@dataclass
 class UserTranscript(Event):
-    """The user's words for a turn (from STT or typed)."""
+    """The user's words for a turn (from STT or typed).
+
+    Attributes:
+        text: the final transcript.
+        language: ISO 639-1 code when known.
+        stt_ms: STT time of the final pass, ms (None for typed turns).
+        delta: the end of ``text`` that no :class:`UserTranscriptDelta` of this turn carried yet
+            ("" when the partials already announced every word or disagree with the final text).
+    """
 
     text: str = ""
     language: str | None = None
     stt_ms: float | None = None
+    delta: str = ""
 
 
 @dataclass

@@ -64,6 +64,9 @@ class SpeechSegment:
         stream_end_offset: input-stream sample index where speech ended.
         wants_audio: False when the reply should be text only.
         respond: False to transcribe into history without answering (client-driven turns).
+        speculative: sent on a short pause before the endpoint was confirmed; its output is
+            held until the VAD confirms the endpoint (see :mod:`speech_to_speech.speculation`)
+            and dropped if the user speaks on (a new revision supersedes it).
     """
 
     stamp: Stamp
@@ -74,6 +77,30 @@ class SpeechSegment:
     stream_end_offset: int = 0
     wants_audio: bool = True
     respond: bool = True
+    speculative: bool = False
+
+
+@dataclass
+class PartialSpeech:
+    """The audio of a turn so far, while the user is still speaking: for a partial transcript.
+
+    The STT skips it when it is behind (more input waiting) or when the pass would
+    still be running at ``deadline``, so a partial never delays a turn's final transcript.
+
+    Attributes:
+        stamp: the turn's stamp.
+        samples: shape ``(n,)`` float32, 16 kHz, from the turn's start (pre-roll included).
+        sample_rate: Hz.
+        time: monotonic time when the last chunk of ``samples`` arrived.
+        deadline: monotonic time before which the turn's next segment cannot reach the STT
+            (the VAD needs that much silence first); a partial pass should end before it.
+    """
+
+    stamp: Stamp
+    samples: np.ndarray
+    sample_rate: int
+    time: float
+    deadline: float
 
 
 @dataclass

@@ -24,13 +24,14 @@ from speech_to_speech.audio_io import (
 )
 from speech_to_speech.cancel import Gate
 from speech_to_speech.cli import config_from_args
-from speech_to_speech.events import Event, EventBus, ResponseInterrupted, SpeechStarted
+from speech_to_speech.events import Event, EventBus, ResponseInterrupted, SpeechStarted, TurnSuperseded
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.lm_output import LMOutputProcessor
 from speech_to_speech.playback import Interrupt
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.registry import get_backend
+from speech_to_speech.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
 from speech_to_speech.vad import SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class Pipeline:
     bus: EventBus
     clock: StreamClock
     queues: list[StageQueue] = field(default_factory=list)
+    #: unconfirmed speculative turns, whose output the queues hold (None: no speculation)
+    speculation: SpeculativeTurns | None = None
 
     @property
     def source(self) -> BaseHandler:
@@ -138,9 +141,12 @@ class Pipeline:
 
     def on_event(self, event: Event) -> None:
         """Barge-in: on speech start flush stale work and cut the reply being played;
-        when the sink reports what was heard, cut the reply in history to that."""
+        when the sink reports what was heard, cut the reply in history to that; when a
+        speculative turn is superseded, drop its queued work (none of it reached the sink)."""
         if isinstance(event, SpeechStarted):
             self.interrupt(event.time)
+        elif isinstance(event, TurnSuperseded):
+            self.drop_stale()
         elif isinstance(event, ResponseInterrupted):
             for stage in self.stages:
                 if isinstance(stage, BaseLLMHandler):
@@ -155,13 +161,17 @@ class Pipeline:
             The number of queued items dropped.
         """
 
-        dropped = sum(q.drop_where(self.gate.drops) for q in self.queues)
+        dropped = self.drop_stale()
         sink_queue = self.sink.input_queue
         if sink_queue is not None:
             sink_queue.put_unless_stopped(Interrupt(at), self.stop_event)
         if dropped:
             logger.info("barge-in: dropped %d stale queued items", dropped)
         return dropped
+
+    def drop_stale(self) -> int:
+        """Drop every queued item whose stamp is stale; return how many were dropped."""
+        return sum(q.drop_where(self.gate.drops) for q in self.queues)
 
     def stop(self, timeout_s: float = 2.0) -> list[str]:
         """Signal every stage to stop and join them within ``timeout_s`` in total.
@@ -217,8 +227,14 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
     queues: list[StageQueue] = []
     stages: list[BaseHandler] = []
 
+    # speculative turns (audio input only): the LLM pauses after each output of an unconfirmed
+    # turn, and its audio waits in front of the sink until the VAD confirms the endpoint
+    speculation = None if args.input_text else SpeculativeTurns(gate)
+    holds = {"llm_out": PauseUntilConfirmed, "audio_out": HoldUntilConfirmed}
+
     def link(name: str) -> StageQueue:
-        q = StageQueue(QUEUE_SIZES[name])
+        hold = holds.get(name) if speculation is not None else None
+        q = StageQueue(QUEUE_SIZES[name]) if hold is None else hold(speculation, QUEUE_SIZES[name])
         queues.append(q)
         return q
 
@@ -264,12 +280,14 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
         segments, transcripts = link("segments"), link("transcripts")
         stages.append(backend_stage("vad", args.vad, audio, segments))
         stages.append(backend_stage("stt", args.stt, segments, transcripts))
+        for stage in stages[-2:]:
+            stage.speculation = speculation  # type: ignore[attr-defined]
     llm_out, tts_inputs, audio_out = link("llm_out"), link("tts_inputs"), link("audio_out")
     stages.append(backend_stage("llm", args.llm_backend, transcripts, llm_out))
     stages.append(LMOutputProcessor(input_queue=llm_out, output_queue=tts_inputs, name="lm_output", **common))
     stages.append(backend_stage("tts", args.tts, tts_inputs, audio_out))
     stages.append(_make_sink(args, audio_out, clock, common))
-    pipeline = Pipeline(stages, stop, gate, bus, clock, queues)
+    pipeline = Pipeline(stages, stop, gate, bus, clock, queues, speculation)
     bus.subscribe(pipeline.on_event)
     return pipeline
 

@@ -26,6 +26,8 @@ CONFIG = VADConfig(
     min_speech_ms=int(5 * MS_PER_CHUNK),
     speech_pad_ms=int(3 * MS_PER_CHUNK),
     max_speech_ms=int(100 * MS_PER_CHUNK),
+    speculative_silence_ms=0,  # plain endpointing here; speculative turns and partials are tested below
+    partial_interval_ms=0,
 )
 PAD, SILENCE_CHUNKS = 3, 10
 

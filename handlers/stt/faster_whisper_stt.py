@@ -1,8 +1,18 @@
-"""faster-whisper (CTranslate2 Whisper); the default model is the embedded tiny.en."""
+"""faster-whisper (CTranslate2 Whisper); the default model is the embedded tiny.en.
+
+Short audio is encoded with a short context. Whisper pads every input to a
+30 s window, and on a CPU the encoder over that window is most of the cost of
+a short turn (about 350 ms of ~450 ms for tiny.en on 2 busy cores). CTranslate2
+accepts shorter inputs; encoding the audio plus 1 s of padding gives the same
+words on LibriVox speech in a third of the time, and the cost grows with the
+audio, so partial transcripts are cheap. A pass that looks unreliable
+(looping, repetitive or improbable text) is redone the standard way.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -11,6 +21,32 @@ from speech_to_speech.shared import shared_model
 from speech_to_speech.stt import BaseSTTHandler
 
 logger = logging.getLogger(__name__)
+
+#: audio longer than this goes through faster-whisper's own 30 s windows, s
+SHORT_CONTEXT_MAX_S = 28.0
+#: silence context added after the audio in a short-context pass, mel frames (10 ms each);
+#: 1 s made Whisper loop on 1 of 24 LibriVox variants (cut, padded, resampled), 3 s on none
+CONTEXT_PAD_FRAMES = 300
+#: thresholds of Whisper's own fallback rule (the reference implementation's defaults)
+COMPRESSION_RATIO_MAX = 2.4
+LOG_PROB_MIN = -1.0
+NO_SPEECH_MIN = 0.6
+#: token budget of a short-context pass: this many per second of audio, plus :data:`TOKENS_MIN`
+#: (fast English is ~5 tokens/s; a short context sometimes loops until the cap instead of ending)
+TOKENS_PER_S = 10
+TOKENS_MIN = 16
+
+
+def is_looping(tokens: list[int], words: list[str]) -> bool:
+    """True when decoding went round in circles: a run of up to 4 tokens four times in a row
+    ("y-y-y-y"), or the same 4 words twice ("made amiable himself. He might even ... made amiable himself")."""
+    for n in range(1, 5):
+        for i in range(len(tokens) - 4 * n + 1):
+            if all(tokens[i + k * n : i + (k + 1) * n] == tokens[i : i + n] for k in range(1, 4)):
+                return True
+    keys = [w.lower().strip(".,!?;:") for w in words]
+    grams = [tuple(keys[i : i + 4]) for i in range(len(keys) - 3)]
+    return len(set(grams)) < len(grams)
 
 
 def embedded_model_path() -> str:
@@ -29,6 +65,7 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
 
     ``stt_model`` is a CTranslate2 model folder or a hub id / size name
     (e.g. ``"large-v3"``, needs a network once); empty means the embedded tiny.en.
+    ``stt_cpu_threads`` sets CTranslate2's threads (0: its default).
     """
 
     def load(self) -> None:
@@ -39,19 +76,34 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         compute_type = self.config.stt_compute_type
         if compute_type == "default":
             compute_type = "float16" if device == "cuda" else "int8"
+        threads = max(0, self.config.stt_cpu_threads)
         self.language = None if self.config.language in ("", "auto") else self.config.language
 
         def load() -> Any:
-            whisper = WhisperModel(model, device=device, compute_type=compute_type)
+            whisper = WhisperModel(model, device=device, compute_type=compute_type, cpu_threads=threads)
             # the first call builds caches; do it now rather than on the user's first turn
             list(whisper.transcribe(np.zeros(16_000, dtype=np.float32), beam_size=1)[0])
             return whisper
 
-        self.model: Any = shared_model(("faster-whisper", model, device, compute_type), load)
+        self.model: Any = shared_model(("faster-whisper", model, device, compute_type, threads), load)
+        self._tokenizer: Any = None
+        if self.language is not None or not self.model.model.is_multilingual:
+            from faster_whisper.tokenizer import Tokenizer
+            from faster_whisper.transcribe import get_suppressed_tokens
+
+            self._tokenizer = Tokenizer(
+                self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe", language=self.language
+            )
+            self._suppress = get_suppressed_tokens(self._tokenizer, [-1])
+            self._short_context(np.zeros(16_000, dtype=np.float32))  # warm up this path too
 
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
         if sample_rate != 16_000:
             raise ValueError(f"faster-whisper needs 16000 Hz audio, got {sample_rate} Hz")
+        if self._tokenizer is not None and len(samples) <= SHORT_CONTEXT_MAX_S * sample_rate:
+            text = self._short_context(samples)
+            if text is not None:
+                return text, self.language or "en"
         segments, info = self.model.transcribe(
             samples,
             language=self.language,
@@ -61,3 +113,48 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         )
         text = " ".join(segment.text.strip() for segment in segments)
         return text.strip(), info.language
+
+    def transcribe_partial(self, samples: np.ndarray, sample_rate: int) -> str:
+        """Short-context pass only: an unreliable partial is dropped ("") rather than redone."""
+        if self._tokenizer is None or len(samples) > SHORT_CONTEXT_MAX_S * sample_rate:
+            return ""
+        return self._short_context(samples) or ""
+
+    def _short_context(self, samples: np.ndarray) -> str | None:
+        """One greedy (or beam) pass over the audio plus :data:`CONTEXT_PAD_FRAMES` of context.
+
+        Returns:
+            The text ("" for silence), or None when the result looks unreliable.
+        """
+        import ctranslate2
+        from faster_whisper.transcribe import get_compression_ratio
+
+        whisper = self.model
+        features = whisper.feature_extractor(samples)
+        frames = min(features.shape[-1], 3000)
+        context = min(3000, 100 * math.ceil((frames + CONTEXT_PAD_FRAMES) / 100))  # whole seconds: fewer shapes
+        padded = np.zeros((1, features.shape[0], context), dtype=np.float32)
+        padded[0, :, :frames] = features[:, :frames]
+        encoded = whisper.model.encode(ctranslate2.StorageView.from_array(padded), to_cpu=False)
+        tokenizer = self._tokenizer
+        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        result = whisper.model.generate(
+            encoded,
+            [prompt],
+            beam_size=max(1, self.config.stt_beam_size),
+            max_length=min(whisper.max_length, len(prompt) + TOKENS_MIN + int(TOKENS_PER_S * len(samples) / 16_000)),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=self._suppress,
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        text = tokenizer.decode(tokens).strip()
+        avg_log_prob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > NO_SPEECH_MIN and avg_log_prob < LOG_PROB_MIN:
+            return ""
+        looping = is_looping(tokens, text.split())
+        if looping or get_compression_ratio(text) > COMPRESSION_RATIO_MAX or avg_log_prob < LOG_PROB_MIN:
+            logger.debug("short-context pass unreliable (%r); using the full window", text)
+            return None
+        return text

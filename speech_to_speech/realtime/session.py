@@ -37,6 +37,7 @@ from speech_to_speech.events import (
     StageError,
     ToolCallReady,
     UserTranscript,
+    UserTranscriptDelta,
 )
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.llm import BaseLLMHandler
@@ -584,17 +585,13 @@ class RealtimeSession:
             )
             self.emit({"type": "input_audio_buffer.committed", "previous_item_id": None, "item_id": item_id})
             self._emit_user_item(item_id, audio=True)
+        elif isinstance(event, UserTranscriptDelta) and event.delta:
+            self._emit_transcription_delta(event.turn_id, event.delta)  # a partial transcript, while speaking
         elif isinstance(event, UserTranscript) and event.stt_ms is not None:
             self._discard_prefetch("new transcription")
             item_id = self._user_item(event.turn_id)
-            self.emit(
-                {
-                    "type": "conversation.item.input_audio_transcription.delta",
-                    "item_id": item_id,
-                    "content_index": 0,
-                    "delta": event.text,
-                }
-            )
+            if event.delta:  # the words no partial announced (all of them without partials)
+                self._emit_transcription_delta(event.turn_id, event.delta)
             self.emit(
                 {
                     "type": "conversation.item.input_audio_transcription.completed",
@@ -612,6 +609,11 @@ class RealtimeSession:
             self.llm.apply_heard_text(event.turn_id, event.heard_text)
         elif isinstance(event, StageError):
             self.emit(error_event("server_error", f"{event.stage}: {event.message}"))
+
+    def _emit_transcription_delta(self, turn_id: int, delta: str) -> None:
+        item = self._user_item(turn_id)
+        event = {"type": "conversation.item.input_audio_transcription.delta", "item_id": item, "content_index": 0}
+        self.emit({**event, "delta": delta})
 
     def _start_response(self, turn_id: int) -> None:
         with self.lock:

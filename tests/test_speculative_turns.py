@@ -1,0 +1,432 @@
+"""Speculative turns and partial transcripts without models: the endpointer, the VAD stage,
+the holding queues, the STT stage around a fake engine, and transcript deltas."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from speech_to_speech.cancel import Gate
+from speech_to_speech.events import (
+    Event,
+    EventBus,
+    SpeechStarted,
+    SpeechStopped,
+    TurnSpeculated,
+    TurnSuperseded,
+    UserTranscript,
+    UserTranscriptDelta,
+)
+from speech_to_speech.messages import (
+    END_OF_STREAM,
+    AudioOutput,
+    EndOfResponse,
+    PartialSpeech,
+    SpeechSegment,
+    Transcript,
+    TTSInput,
+)
+from speech_to_speech.queues import StageQueue
+from speech_to_speech.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
+from speech_to_speech.stt import BaseSTTHandler, STTConfig, TranscriptDeltas, trim_repeats
+from speech_to_speech.vad import RESUMED, Endpoint, Endpointer, Speculation, VADConfig
+from tests.test_vad_endpointer import (
+    CONFIG,
+    MS_PER_CHUNK,
+    PAD,
+    SILENCE,
+    SPEECH,
+    FakeVAD,
+    audio,
+    chunk_indices,
+    run,
+)
+
+# 10 silent chunks end a turn (CONFIG); 4 send it on speculatively
+SPECULATIVE = dataclasses.replace(CONFIG, speculative_silence_ms=int(4 * MS_PER_CHUNK))
+SPEC_CHUNKS = 4
+
+
+# -- the endpointer ------------------------------------------------------------------------------
+def test_a_short_pause_speculates_and_the_endpoint_confirms_it() -> None:
+    onset, speech = 5, 10
+    results = run(Endpointer(SPECULATIVE), [SILENCE] * onset + [SPEECH] * speech + [SILENCE] * 20)
+    kinds = [type(r).__name__ if not isinstance(r, str) else r for _, r in results]
+    assert kinds == ["start", "Speculation", "Endpoint"]
+    (at_spec, speculation), (at_end, endpoint) = results[1], results[2]
+    assert isinstance(speculation, Speculation) and isinstance(endpoint, Endpoint)
+    assert at_spec == onset + speech + SPEC_CHUNKS - 1  # as soon as the short pause was heard
+    assert at_end == onset + speech + 10 - 1
+    assert endpoint.confirms_speculation
+    # the speculative audio is what the endpoint sends: the same speech with the same padding
+    assert np.array_equal(speculation.samples, endpoint.samples)
+    assert speculation.speech_end_offset == endpoint.speech_end_offset
+    assert chunk_indices(endpoint.samples) == list(range(onset - PAD, onset + speech + PAD))
+
+
+def test_speech_after_a_speculation_resumes_then_speculates_again() -> None:
+    probabilities = [SILENCE] * 3 + [SPEECH] * 8 + [SILENCE] * 6 + [SPEECH] * 8 + [SILENCE] * 12
+    results = run(Endpointer(SPECULATIVE), probabilities)
+    kinds = [type(r).__name__ if not isinstance(r, str) else r for _, r in results]
+    assert kinds == ["start", "Speculation", RESUMED, "Speculation", "Endpoint"]
+    assert results[2][0] == 3 + 8 + 6  # the first speech chunk after the pause
+    first, second, endpoint = results[1][1], results[3][1], results[4][1]
+    assert isinstance(first, Speculation) and isinstance(second, Speculation) and isinstance(endpoint, Endpoint)
+    assert len(second.samples) > len(first.samples)
+    assert np.array_equal(second.samples[: len(first.samples)], first.samples)  # one utterance, growing
+    assert endpoint.confirms_speculation and np.array_equal(endpoint.samples, second.samples)
+
+
+def test_no_speculation_for_pauses_shorter_than_speculative_silence() -> None:
+    probabilities = [SPEECH] * 8 + [SILENCE] * (SPEC_CHUNKS - 1) + [SPEECH] * 8 + [SILENCE] * 3
+    assert [r for _, r in run(Endpointer(SPECULATIVE), probabilities)] == ["start"]
+
+
+@pytest.mark.parametrize("speculative_ms", [0, int(10 * MS_PER_CHUNK), int(20 * MS_PER_CHUNK)])
+def test_speculation_off_when_zero_or_not_shorter_than_min_silence(speculative_ms: int) -> None:
+    config = dataclasses.replace(CONFIG, speculative_silence_ms=speculative_ms)
+    results = run(Endpointer(config), [SPEECH] * 8 + [SILENCE] * 20)
+    assert [type(r).__name__ if not isinstance(r, str) else r for _, r in results] == ["start", "Endpoint"]
+    assert not results[1][1].confirms_speculation  # type: ignore[union-attr]
+
+
+def test_no_speculation_on_noise_shorter_than_min_speech() -> None:
+    results = run(Endpointer(SPECULATIVE), [SPEECH] * 3 + [SILENCE] * 20)
+    assert [r for _, r in results] == ["start"]
+
+
+def test_flush_after_a_speculation_confirms_it() -> None:
+    endpointer = Endpointer(SPECULATIVE)
+    results = run(endpointer, [SPEECH] * 8 + [SILENCE] * 5)
+    assert isinstance(results[-1][1], Speculation)
+    endpoint = endpointer.flush()
+    assert isinstance(endpoint, Endpoint) and endpoint.confirms_speculation
+
+
+def test_max_speech_cut_on_resumed_speech_does_not_confirm() -> None:
+    # the cut falls on the chunk where speech resumes after the pause
+    config = dataclasses.replace(SPECULATIVE, max_speech_ms=int(16 * MS_PER_CHUNK))
+    results = run(Endpointer(config), [SPEECH] * 10 + [SILENCE] * 5 + [SPEECH] * 3)
+    assert isinstance(results[1][1], Speculation)
+    at, endpoint = results[2]
+    assert at == 15 and isinstance(endpoint, Endpoint) and not endpoint.confirms_speculation
+
+
+# -- the VAD stage -----------------------------------------------------------------------------
+def run_speculative_vad(
+    probabilities: list[float], config: VADConfig = SPECULATIVE, turns: bool = True
+) -> tuple[list[Any], list[Event], Gate, SpeculativeTurns]:
+    stop, bus, gate = threading.Event(), EventBus(), Gate()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    items = audio(probabilities)
+    inq, outq = StageQueue(len(items) + 1), StageQueue(64)
+    vad = FakeVAD(stop, inq, outq, gate, bus, config=config, name="vad:fake")
+    speculation = SpeculativeTurns(gate)
+    if turns:
+        vad.speculation = speculation
+    out: list[Any] = []
+
+    def drain() -> None:  # an STT that keeps up
+        while not out or out[-1] is not END_OF_STREAM:
+            out.append(outq.get(timeout=2.0))
+
+    consumer = threading.Thread(target=drain, daemon=True)
+    consumer.start()
+    vad.start()
+    for item in items:  # paced, so that the consumer empties the queue between chunks
+        inq.put(item)
+        time.sleep(0.005)
+    inq.put(END_OF_STREAM)
+    vad.join(5.0)
+    consumer.join(5.0)
+    assert not vad.is_alive() and not consumer.is_alive()
+    return out[:-1], events, gate, speculation
+
+
+def test_vad_sends_a_speculative_segment_that_the_endpoint_confirms() -> None:
+    out, events, gate, speculation = run_speculative_vad([SILENCE] * 4 + [SPEECH] * 10 + [SILENCE] * 16)
+    segments = [item for item in out if isinstance(item, SpeechSegment)]
+    assert len(segments) == 1, "the confirmed endpoint sends no second segment"
+    segment = segments[0]
+    assert segment.speculative and segment.stamp.revision == 0 and gate.admits(segment.stamp)
+    assert len(segment.samples) == (10 + 2 * PAD) * 512
+    assert [type(e) for e in events] == [SpeechStarted, TurnSpeculated, SpeechStopped]
+    assert not speculation.is_pending(segment.stamp)  # confirmed
+    assert not speculation.was_superseded(segment.stamp)
+
+
+def test_vad_supersedes_a_speculative_segment_when_speech_resumes() -> None:
+    probabilities = [SILENCE] * 4 + [SPEECH] * 10 + [SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3
+    out, events, gate, speculation = run_speculative_vad(probabilities)
+    segments = [item for item in out if isinstance(item, SpeechSegment)]
+    # speculative rev 0, rev 1 speculative again after the second pause... which the stream's end confirms
+    first, second = segments[0], segments[-1]
+    assert first.speculative and first.stamp.revision == 0
+    assert second.stamp.turn_id == first.stamp.turn_id and second.stamp.revision == 1
+    assert not gate.admits(first.stamp) and gate.admits(second.stamp)
+    assert speculation.was_superseded(first.stamp) and not speculation.is_pending(first.stamp)
+    assert np.array_equal(second.samples[: len(first.samples)], first.samples)  # the whole utterance
+    kinds = [type(e) for e in events]
+    assert kinds[:3] == [SpeechStarted, TurnSpeculated, TurnSuperseded]
+    assert kinds.count(SpeechStarted) == 1, "speaking on is not a new speech start (no barge-in)"
+    superseded = next(e for e in events if isinstance(e, TurnSuperseded))
+    assert superseded.turn_id == first.stamp.turn_id and superseded.revision == 1
+
+
+def test_vad_without_a_hold_does_not_speculate() -> None:
+    out, events, _, _ = run_speculative_vad([SPEECH] * 10 + [SILENCE] * 16, turns=False)
+    segments = [item for item in out if isinstance(item, SpeechSegment)]
+    assert len(segments) == 1 and not segments[0].speculative
+    assert not any(isinstance(e, TurnSpeculated) for e in events)
+
+
+def test_vad_sends_partials_during_speech_only() -> None:
+    config = dataclasses.replace(SPECULATIVE, partial_interval_ms=int(4 * MS_PER_CHUNK), max_speech_ms=10_000)
+    out, _, _, _ = run_speculative_vad([SILENCE] * 2 + [SPEECH] * 17 + [SILENCE] * 16, config)
+    partials = [item for item in out if isinstance(item, PartialSpeech)]
+    assert len(partials) == 4  # every 4 chunks of speech: after 4, 8, 12, 16
+    lengths = [len(p.samples) for p in partials]
+    assert lengths == sorted(lengths) and len(set(lengths)) == 4
+    assert all(p.stamp == partials[0].stamp for p in partials)
+    for p in partials:
+        assert p.deadline == pytest.approx(p.time + SPECULATIVE.speculative_silence_ms / 1000)
+    # partials come before the turn's segment
+    last = max(i for i, item in enumerate(out) if isinstance(item, PartialSpeech))
+    assert isinstance(out[last + 1], SpeechSegment)
+
+
+# -- the holding queues ------------------------------------------------------------------------
+def test_pause_until_confirmed_enqueues_then_waits_for_the_endpoint() -> None:
+    gate = Gate()
+    turns = SpeculativeTurns(gate)
+    stamp = gate.new_turn_stamp()
+    turns.open(stamp)
+    q = PauseUntilConfirmed(turns, 8)
+    stop = threading.Event()
+    done = threading.Event()
+
+    def produce() -> None:
+        q.put_unless_stopped(TTSInput(stamp, "First sentence."), stop, 0.05)
+        done.set()
+
+    threading.Thread(target=produce, daemon=True).start()
+    time.sleep(0.2)
+    assert q.qsize() == 1, "the item goes on at once (TTS can start)"
+    assert not done.is_set(), "the producer waits for the endpoint"
+    turns.confirm(stamp)
+    assert done.wait(1.0)
+    # a confirmed turn and a response end never wait
+    q.put_unless_stopped(EndOfResponse(stamp), stop)
+    assert q.qsize() == 2
+
+
+def test_pause_until_confirmed_wakes_on_supersession() -> None:
+    gate = Gate()
+    turns = SpeculativeTurns(gate)
+    stamp = gate.new_turn_stamp()
+    turns.open(stamp)
+    q = PauseUntilConfirmed(turns, 8)
+    done = threading.Event()
+    thread = threading.Thread(
+        target=lambda: (q.put_unless_stopped(TTSInput(stamp, "Hi."), threading.Event(), 0.05), done.set()),
+        daemon=True,
+    )
+    thread.start()
+    time.sleep(0.1)
+    gate.turns.revise(stamp.turn_id)
+    turns.discard(stamp)
+    assert done.wait(1.0)
+
+
+def test_hold_until_confirmed_releases_on_confirmation() -> None:
+    gate = Gate()
+    turns = SpeculativeTurns(gate)
+    stamp = gate.new_turn_stamp()
+    turns.open(stamp)
+    q = HoldUntilConfirmed(turns, 8)
+    chunk = AudioOutput(stamp, np.zeros(160, dtype=np.float32), 16_000, "Hi")
+    thread = threading.Thread(target=q.put_unless_stopped, args=(chunk, threading.Event(), 0.05), daemon=True)
+    thread.start()
+    time.sleep(0.2)
+    assert q.empty(), "audio of an unconfirmed turn is held"
+    released = time.monotonic()
+    turns.confirm(stamp)
+    assert q.get(timeout=1.0) is chunk
+    assert time.monotonic() - released < 0.05, "confirmation lets it in at once"
+
+
+def test_hold_until_confirmed_drops_a_superseded_revision_and_its_end() -> None:
+    gate = Gate()
+    turns = SpeculativeTurns(gate)
+    stamp = gate.new_turn_stamp()
+    turns.open(stamp)
+    q = HoldUntilConfirmed(turns, 8)
+    chunk = AudioOutput(stamp, np.zeros(160, dtype=np.float32), 16_000)
+    results: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: results.append(q.put_unless_stopped(chunk, threading.Event(), 0.05)), daemon=True
+    )
+    thread.start()
+    time.sleep(0.1)
+    gate.turns.revise(stamp.turn_id)
+    turns.discard(stamp)
+    thread.join(1.0)
+    assert results == [False] and q.empty()
+    assert not q.put_unless_stopped(EndOfResponse(stamp, error="cancelled"), threading.Event())
+    assert q.empty(), "nothing of a superseded speculative response reaches the sink"
+    # the end of an ordinary cancelled response still passes
+    other = gate.new_turn_stamp()
+    gate.scope.cancel()
+    assert q.put_unless_stopped(EndOfResponse(other, error="cancelled"), threading.Event())
+    assert not q.put_unless_stopped(AudioOutput(other, np.zeros(1, dtype=np.float32), 16_000), threading.Event())
+
+
+def test_when_confirmed_runs_now_later_or_never() -> None:
+    gate = Gate()
+    turns = SpeculativeTurns(gate)
+    ran: list[str] = []
+    plain = gate.new_turn_stamp()
+    turns.when_confirmed(plain, lambda: ran.append("plain"))
+    pending = gate.new_turn_stamp()
+    turns.open(pending)
+    turns.when_confirmed(pending, lambda: ran.append("pending"))
+    assert ran == ["plain"]
+    turns.confirm(pending)
+    assert ran == ["plain", "pending"]
+    dropped = gate.new_turn_stamp()
+    turns.open(dropped)
+    turns.when_confirmed(dropped, lambda: ran.append("dropped"))
+    turns.discard(dropped)
+    turns.when_confirmed(dropped, lambda: ran.append("dropped late"))
+    assert ran == ["plain", "pending"]
+
+
+# -- the STT stage -------------------------------------------------------------------------------
+class FakeSTT(BaseSTTHandler):
+    """Transcribes to a fixed text after ``delay_s``; counts calls."""
+
+    def __init__(self, *args: Any, text: str = "hello there", delay_s: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.text = text
+        self.delay_s = delay_s
+        self.calls = 0
+
+    def load(self) -> None:
+        pass
+
+    def transcribe(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
+        self.calls += 1
+        time.sleep(self.delay_s)
+        words = self.text.split()
+        return " ".join(words[: max(1, len(samples) // 16_000)]), "en"
+
+
+def make_stt(**kwargs: Any) -> tuple[FakeSTT, StageQueue, list[Event], Gate]:
+    gate, bus = Gate(), EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    inq = StageQueue(8)
+    stt = FakeSTT(threading.Event(), inq, None, gate, bus, config=STTConfig(), name="stt:fake", **kwargs)
+    return stt, inq, events, gate
+
+
+def partial(gate: Gate, seconds: float, deadline_s: float = 10.0, stamp: Any = None) -> PartialSpeech:
+    now = time.monotonic()
+    samples = np.zeros(int(seconds * 16_000), dtype=np.float32)
+    return PartialSpeech(stamp or gate.stamp(1, 0), samples, 16_000, now, now + deadline_s)
+
+
+def test_partials_publish_deltas_as_words_become_stable() -> None:
+    stt, _, events, gate = make_stt(text="one two three four five")
+    gate.turns.new_turn()
+    for seconds in (1, 2, 3, 4):
+        assert list(stt.process(partial(gate, seconds))) == []
+    deltas = [e for e in events if isinstance(e, UserTranscriptDelta)]
+    assert [d.text for d in deltas] == ["one", "one two", "one two three", "one two three four"]
+    assert "".join(d.delta for d in deltas) == "one two"  # agreed by two partials and not the last word
+    out = list(stt.process(SpeechSegment(gate.stamp(1, 0), np.zeros(5 * 16_000, np.float32), 16_000, 0.0, 0.0)))
+    assert isinstance(out[0], Transcript) and out[0].text == "one two three four five"
+    final = [e for e in events if isinstance(e, UserTranscript)]
+    assert len(final) == 1 and final[0].delta == " three four five"
+
+
+def test_a_partial_is_skipped_when_the_stt_is_behind() -> None:
+    stt, inq, events, gate = make_stt()
+    gate.turns.new_turn()
+    inq.put(SpeechSegment(gate.stamp(1, 0), np.zeros(16_000, np.float32), 16_000, 0.0, 0.0))
+    list(stt.process(partial(gate, 1)))
+    assert stt.calls == 0 and stt.partials_skipped == 1
+    assert not any(isinstance(e, UserTranscriptDelta) for e in events)
+
+
+def test_a_partial_that_would_delay_the_final_is_skipped() -> None:
+    stt, _, _, gate = make_stt(delay_s=0.1)
+    gate.turns.new_turn()
+    list(stt.process(partial(gate, 1)))  # learns that a pass takes ~100 ms
+    assert stt.calls == 1
+    list(stt.process(partial(gate, 1, deadline_s=0.05)))  # the final could arrive in 50 ms
+    assert stt.calls == 1 and stt.partials_skipped == 1
+    list(stt.process(partial(gate, 1, deadline_s=0.5)))
+    assert stt.calls == 2
+
+
+def test_stale_partials_are_not_transcribed() -> None:
+    stt, _, _, gate = make_stt()
+    stamp = gate.new_turn_stamp()
+    gate.scope.cancel()
+    list(stt.process(partial(gate, 1, stamp=stamp)))
+    assert stt.calls == 0
+
+
+def test_a_speculative_transcript_goes_on_at_once_and_is_announced_on_confirmation() -> None:
+    stt, _, events, gate = make_stt()
+    stt.speculation = turns = SpeculativeTurns(gate)
+    stamp = gate.new_turn_stamp()
+    turns.open(stamp)
+    segment = SpeechSegment(stamp, np.zeros(16_000, np.float32), 16_000, 0.0, 0.0, speculative=True)
+    out = list(stt.process(segment))
+    assert len(out) == 1 and isinstance(out[0], Transcript)  # the LLM starts now
+    assert not any(isinstance(e, UserTranscript) for e in events)  # nobody is told yet
+    turns.confirm(stamp)
+    assert [e.text for e in events if isinstance(e, UserTranscript)] == ["hello"]
+
+    # superseded: never announced
+    other = gate.new_turn_stamp()
+    turns.open(other)
+    list(stt.process(SpeechSegment(other, np.zeros(16_000, np.float32), 16_000, 0.0, 0.0, speculative=True)))
+    gate.turns.revise(other.turn_id)
+    turns.discard(other)
+    assert [e.turn_id for e in events if isinstance(e, UserTranscript)] == [stamp.turn_id]
+
+
+# -- text helpers --------------------------------------------------------------------------------
+def test_transcript_deltas_follow_whisper_partials() -> None:
+    deltas = TranscriptDeltas()
+    partials = [
+        "and Mr. John.",
+        "Mr. John Dash",
+        "Mr. John Dash would had",
+        "Mr. John Dashwood had then",
+        "Mr. John Dashwood had then leisure to-",
+        "Mr. John Dashwood had then leisure to consider...",
+    ]
+    announced = "".join(deltas.partial(1, p) for p in partials)
+    assert announced == "Mr. John Dashwood had then leisure"  # never a half-heard word ("Dash")
+    rest = deltas.final(1, "And Mr. John Dashwood had then leisure to consider how much.")
+    assert rest == " to consider how much."  # found again after the word the partials missed
+    assert deltas.final(2, "Hello there.") == "Hello there."  # no partials: everything
+    deltas.partial(3, "one two three")
+    deltas.partial(3, "one two three four")
+    assert deltas.final(3, "completely different") == ""  # deltas cannot be taken back
+
+
+def test_trim_repeats_cuts_whisper_loops() -> None:
+    assert trim_repeats("Mr. John Dash would had th th th th") == "Mr. John Dash would had th"
+    assert trim_repeats("and Mr. John, Mr. John, Mr. John") == "and Mr. John,"
+    assert trim_repeats("I said no no") == "I said no no"

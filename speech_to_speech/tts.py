@@ -15,6 +15,24 @@ from speech_to_speech.messages import AudioOutput, EndOfResponse, TTSInput
 
 logger = logging.getLogger(__name__)
 
+#: samples quieter than this (-60 dBFS) at the start of a response's audio are silence to skip
+LEADING_SILENCE_LEVEL = 1e-3
+#: what is kept of that silence before the first audible sample, ms
+LEADING_SILENCE_KEEP_MS = 10
+
+
+def trim_leading_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """``audio`` from :data:`LEADING_SILENCE_KEEP_MS` before its first sample above -60 dBFS.
+
+    Piper starts most sentences with 20-50 ms of silence and some with much more (300 ms
+    before "He was not ..." with the default voice): heard as a reply that comes late.
+    All-silent audio is returned unchanged.
+    """
+    loud = np.flatnonzero(np.abs(audio) > LEADING_SILENCE_LEVEL)
+    if not len(loud):
+        return audio
+    return audio[max(0, int(loud[0]) - sample_rate * LEADING_SILENCE_KEEP_MS // 1000) :]
+
 
 @dataclass
 class TTSConfig:
@@ -37,7 +55,9 @@ class BaseTTSHandler(BaseHandler):
     first clause or sentence of a reply alone, then sentence batches), so text
     is split into sentences in one place only. Each audio chunk carries the
     words whose (estimated) start falls inside it, so sinks can show and
-    record exactly the words that were played.
+    record exactly the words that were played. The silence an engine puts in
+    front of a response's first audio is skipped (:func:`trim_leading_silence`):
+    it would only delay the reply.
 
     Every other message (:class:`EndOfResponse`, text deltas, tool calls) is
     passed on unchanged, in order with the audio around it.
@@ -80,6 +100,8 @@ class BaseTTSHandler(BaseHandler):
         # clause or sentence alone, then sentence batches): speak each as it is, never re-split
         parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in self.synthesize(item.text)]
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        if item.stamp not in self._responses_begun:  # the reply's first audio: no silence in front
+            audio = trim_leading_silence(audio, self.sample_rate)
         if not len(audio):
             return
         words = self._words(item.stamp, item.text)

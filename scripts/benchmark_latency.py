@@ -36,8 +36,9 @@ with the reference ``transcription`` beside them) reports::
     on a long recording of room noise (-60 dBFS), i.e. VAD running with nobody speaking (ready
     when it prints ``ready`` or its CPU falls under 25 %).
 
-Tables have one row per clip and p50/p90 rows (linear interpolation); the last lines compare
-with the goals (v2v p50 <= 800 ms, v2v <= 0.5 x baseline, idle <= 3 % of a core, RSS <= 1.5 GB).
+Tables have one row per clip and p50/p90 rows (linear interpolation); the last lines give the
+load average at start and end (numbers from a busy machine mean little) and compare with the
+goals (v2v p50 <= 800 ms, v2v <= 0.5 x baseline, idle <= 3 % of a core, RSS <= 1.5 GB).
 ``--json PATH`` also writes every number. Exit status: 0 when every run worked, 1 otherwise,
 2 on bad flags.
 """
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import sys
@@ -302,7 +304,15 @@ def _table(results: list[ClipResult], headers: list[str], numbers: list[list[flo
     print_table(headers, rows)
 
 
-def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[str]) -> None:
+def load_average() -> str:
+    """The 1-minute load average, for telling whether the machine was quiet."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "-"
+
+
+def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[str], load: str) -> None:
     """Print the tables and the goal lines."""
     print("(a) the main command, voice-to-voice read from the audio files")
     log = [[r.log.get(k) for k in ("v2v_ms", "stt_ms", "ttft_ms", "ttfa_ms")] for r in results]
@@ -310,14 +320,15 @@ def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[st
     headers = ["clip", "turns", "v2v ms", "v2v log", "STT log", "TTFT log", "TTFA log", "RSS MB"]
     _table(results, headers, numbers, [0] * 7)
 
-    print("\n(b) compute floor and (c) naive sequential baseline, same models, no pipeline (ms)")
-    numbers = [
-        [r.wer, r.stt_ms, r.llm_first_ms, r.tts_first_ms, r.floor_ms, r.llm_all_ms, r.tts_all_ms, r.base_ms]
-        for r in results
-    ]
-    numbers = [[*row, r.ratio(r.floor_ms), r.ratio(r.base_ms)] for r, row in zip(results, numbers, strict=True)]
-    headers = ["clip", "WER", "STT", "LLM 1st", "TTS 1st", "floor", "LLM all", "TTS all", "base"]
-    _table(results, [*headers, "v2v/floor", "v2v/base"], numbers, [2, 0, 0, 0, 0, 0, 0, 0, 2, 2])
+    if any(r.stt_ms is not None for r in results):
+        print("\n(b) compute floor and (c) naive sequential baseline, same models, no pipeline (ms)")
+        numbers = [
+            [r.wer, r.stt_ms, r.llm_first_ms, r.tts_first_ms, r.floor_ms, r.llm_all_ms, r.tts_all_ms, r.base_ms]
+            for r in results
+        ]
+        numbers = [[*row, r.ratio(r.floor_ms), r.ratio(r.base_ms)] for r, row in zip(results, numbers, strict=True)]
+        headers = ["clip", "WER", "STT", "LLM 1st", "TTS 1st", "floor", "LLM all", "TTS all", "base"]
+        _table(results, [*headers, "v2v/floor", "v2v/base"], numbers, [2, 0, 0, 0, 0, 0, 0, 0, 2, 2])
 
     if idle:
         print("\n(d) the main command idle, models loaded")
@@ -337,6 +348,7 @@ def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[st
         return f"  {name}: {cell(value, digits)}{unit} (goal <= {limit:g}{unit}) {verdict}"
 
     print(f"\ngoals ({len(results)} clip(s); v2v holds the VAD's {silence} ms endpointing silence)")
+    print(f"  load average at start {load}, at end {load_average()}: on {os.cpu_count()} cores, a quiet machine is ~0")
     print(goal("voice-to-voice p50", v2v, GOAL_V2V_MS, " ms"))
     print(goal("v2v / naive baseline p50", ratio, GOAL_RATIO, "x", 2))
     print(goal("idle CPU, worst mode", idle_max, GOAL_IDLE_PCT, " % of a core", 1))
@@ -384,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     references = read_transcripts(clips)
     results = [ClipResult(clip.stem, reference=references.get(clip.stem, "")) for clip in clips]
+    load = load_average()
     print(f"{len(clips)} clip(s) from {clips[0].parent}; program flags: {' '.join(extra) or '(defaults)'}")
     idle: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="s2s-bench-") as tmp:
@@ -399,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         print("compute floor and baseline ...", file=sys.stderr, flush=True)
         compute_error = measure_compute(results, clips, extra)
     print()
-    report(results, idle, extra)
+    report(results, idle, extra, load)
     if compute_error:
         print(f"FAILED compute floor: {compute_error}")
     if args.json:

@@ -165,11 +165,17 @@ class HoldUntilConfirmed(StageQueue):
     Args:
         turns: the pipeline's speculative turns.
         maxsize: capacity in items.
+
+    Attributes:
+        held: items that had to wait for their turn's endpoint.
+        dropped: items of superseded revisions dropped here.
     """
 
     def __init__(self, turns: SpeculativeTurns, maxsize: int = DEFAULT_MAXSIZE) -> None:
         super().__init__(maxsize)
         self.turns = turns
+        self.held = 0
+        self.dropped = 0
 
     def put_unless_stopped(self, item: Any, stop: threading.Event, poll_s: float = 0.1) -> bool:
         """Wait while ``item``'s turn is pending, then enqueue it unless it is stale.
@@ -179,7 +185,11 @@ class HoldUntilConfirmed(StageQueue):
         """
         stamp = getattr(item, "stamp", None)
         if self.turns.is_pending(stamp):
+            self.held += 1
             self.turns.wait(stamp, stop, poll_s)
-        if stop.is_set() or self.turns.was_superseded(stamp) or self.turns.gate.drops(item):
+        if self.turns.was_superseded(stamp):
+            self.dropped += 1
+            return False
+        if stop.is_set() or self.turns.gate.drops(item):
             return False
         return super().put_unless_stopped(item, stop, poll_s)

@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,16 +210,21 @@ class MicrophoneSource(BaseHandler):
             self._stream.close()
 
 
-def _import_sounddevice() -> Any:
+def import_sounddevice() -> Any:
+    """Import ``sounddevice`` (lazily: its import fails when the PortAudio library is missing).
+
+    Raises:
+        AudioDeviceError: PortAudio (or sounddevice itself) is not available.
+    """
     try:
         import sounddevice as sd
-    except OSError as exc:  # PortAudio library not found
+    except (ImportError, OSError) as exc:  # OSError: PortAudio library not found
         raise AudioDeviceError(f"PortAudio is not available ({exc})") from exc
     return sd
 
 
 def _check_device(kind: str, sample_rate: int) -> Any:
-    sd = _import_sounddevice()
+    sd = import_sounddevice()
     check = sd.check_input_settings if kind == "input" else sd.check_output_settings
     try:
         check(samplerate=sample_rate, channels=1, dtype="float32")
@@ -245,6 +251,108 @@ def check_output_device(sample_rate: int) -> Any:
     return _check_device("output", sample_rate)
 
 
+class OutputBuffer:
+    """Audio waiting for a sound device's output callback: tagged chunks, played in order.
+
+    Thread-safe: the stage (or client) appends, PortAudio's thread calls :meth:`fill`.
+    """
+
+    def __init__(self) -> None:
+        self._chunks: collections.deque[tuple[np.ndarray, Any]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._chunks)
+
+    def append(self, samples: np.ndarray, tag: Any) -> None:
+        """Queue ``samples`` (at the device's rate and dtype) with ``tag`` (a stamp, an item id)."""
+        if len(samples):
+            with self._lock:
+                self._chunks.append((samples, tag))
+
+    def fill(
+        self,
+        out: np.ndarray,
+        skip: Callable[[Any], bool] | None = None,
+        played: Callable[[Any, int], None] | None = None,
+    ) -> None:
+        """Fill the 1-D ``out`` from the queue, silence after it runs dry (an underrun).
+
+        Chunks whose tag ``skip`` refuses are dropped unplayed; ``played(tag, n)`` is told
+        of every ``n`` samples of a chunk handed to the device.
+        """
+        filled = 0
+        frames = len(out)
+        with self._lock:
+            while filled < frames and self._chunks:
+                samples, tag = self._chunks[0]
+                if skip is not None and skip(tag):  # cancelled: never play another sample of it
+                    self._chunks.popleft()
+                    continue
+                take = min(frames - filled, len(samples))
+                out[filled : filled + take] = samples[:take]
+                filled += take
+                if played is not None:
+                    played(tag, take)
+                if take == len(samples):
+                    self._chunks.popleft()
+                else:
+                    self._chunks[0] = (samples[take:], tag)
+        out[filled:] = 0
+
+    def keep(self, predicate: Callable[[Any], bool]) -> None:
+        """Drop the queued chunks whose tag ``predicate`` refuses."""
+        with self._lock:
+            self._chunks = collections.deque(c for c in self._chunks if predicate(c[1]))
+
+    def clear(self) -> Any:
+        """Drop everything queued; return the tag of the chunk that was playing (the head), or None."""
+        with self._lock:
+            head = self._chunks[0][1] if self._chunks else None
+            self._chunks.clear()
+        return head
+
+
+class Timeline:
+    """Audio pieces placed at sample positions on one timeline, cut at a barge-in, rendered at the end.
+
+    ``pieces`` holds ``(position, samples, tag)`` in the order they were placed.
+    """
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[int, np.ndarray, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def place(self, position: int, samples: np.ndarray, tag: Any = None) -> None:
+        """Put ``samples`` at sample ``position``."""
+        self.pieces.append((position, samples, tag))
+
+    def cut(self, at: int, where: Callable[[Any], bool] | None = None) -> None:
+        """Silence everything from sample ``at`` on (only in pieces whose tag ``where`` accepts)."""
+        kept = []
+        for position, samples, tag in self.pieces:
+            if (where is None or where(tag)) and position + len(samples) > at:
+                samples = samples[: max(0, at - position)]
+            if len(samples):
+                kept.append((position, samples, tag))
+        self.pieces = kept
+
+    @property
+    def end(self) -> int:
+        """The sample after the last piece (0 when empty)."""
+        return max((p + len(s) for p, s, _ in self.pieces), default=0)
+
+    def render(self, length: int, dtype: Any) -> np.ndarray:
+        """The timeline as one array of at least ``length`` samples; gaps are silence."""
+        audio = np.zeros(max(length, self.end), dtype=dtype)
+        for position, samples, _ in self.pieces:
+            audio[position : position + len(samples)] = samples
+        return audio
+
+
 class FileSink(PacedAudioSink):
     """Writes the assistant's audio to a WAV file on the input's timeline.
 
@@ -268,7 +376,7 @@ class FileSink(PacedAudioSink):
         super().__init__(*args, sample_rate=sample_rate, **kwargs)
         self.path = Path(path)
         self.clock = clock
-        self._pieces: list[tuple[int, np.ndarray, Any]] = []
+        self._pieces = Timeline()  # (play position, samples, stamp) of every chunk written
         if not self.path.parent.is_dir():
             raise FileNotFoundError(f"output folder does not exist: {self.path.parent}")
 
@@ -276,26 +384,15 @@ class FileSink(PacedAudioSink):
         return max(0, int((when - self.clock.start) * self.sample_rate))
 
     def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
-        self._pieces.append((self._position(start), samples.copy(), item.stamp))
+        self._pieces.place(self._position(start), samples.copy(), item.stamp)
 
     def on_interrupt(self, at: float) -> None:
-        cut = self._position(at)
-        kept = []
-        for position, samples, stamp in self._pieces:
-            if not self.gate.admits(stamp) and position + len(samples) > cut:
-                samples = samples[: max(0, cut - position)]
-            if len(samples):
-                kept.append((position, samples, stamp))
-        self._pieces = kept
+        self._pieces.cut(self._position(at), where=lambda stamp: not self.gate.admits(stamp))
 
     def cleanup(self) -> None:
-        end = max((p + len(s) for p, s, _ in self._pieces), default=0)
-        length = max(end, self._position(time.monotonic()))
-        audio = np.zeros(length, dtype=np.float32)
-        for position, samples, _ in self._pieces:
-            audio[position : position + len(samples)] = samples
+        audio = self._pieces.render(self._position(time.monotonic()), np.float32)
         sf.write(str(self.path), np.clip(audio, -1.0, 1.0), self.sample_rate, subtype="PCM_16")
-        logger.info("wrote %.1f s of audio to %s", length / self.sample_rate, self.path)
+        logger.info("wrote %.1f s of audio to %s", len(audio) / self.sample_rate, self.path)
 
 
 class SpeakerSink(PacedAudioSink):
@@ -314,8 +411,7 @@ class SpeakerSink(PacedAudioSink):
     def __init__(self, *args: Any, sample_rate: int = 24_000, **kwargs: Any) -> None:
         super().__init__(*args, sample_rate=sample_rate, **kwargs)
         self._stream: Any = None
-        self._buffer: collections.deque[tuple[np.ndarray, Any]] = collections.deque()
-        self._buffer_lock = threading.Lock()
+        self._buffer = OutputBuffer()
 
     def setup(self) -> None:
         sd = check_output_device(self.sample_rate)
@@ -328,29 +424,13 @@ class SpeakerSink(PacedAudioSink):
             raise AudioDeviceError(f"no usable speaker ({exc})") from exc
 
     def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
-        filled = 0
-        with self._buffer_lock:
-            while filled < frames and self._buffer:
-                samples, stamp = self._buffer[0]
-                if not self.gate.admits(stamp):  # cancelled: never play another sample of it
-                    self._buffer.popleft()
-                    continue
-                take = min(frames - filled, len(samples))
-                outdata[filled : filled + take, 0] = samples[:take]
-                filled += take
-                if take == len(samples):
-                    self._buffer.popleft()
-                else:
-                    self._buffer[0] = (samples[take:], stamp)
-        outdata[filled:, 0] = 0.0
+        self._buffer.fill(outdata[:, 0], skip=lambda stamp: not self.gate.admits(stamp))
 
     def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
-        with self._buffer_lock:
-            self._buffer.append((samples, item.stamp))
+        self._buffer.append(samples, item.stamp)
 
     def on_interrupt(self, at: float) -> None:
-        with self._buffer_lock:
-            self._buffer = collections.deque(e for e in self._buffer if self.gate.admits(e[1]))
+        self._buffer.keep(self.gate.admits)
 
     def cleanup(self) -> None:
         if self._stream is not None:

@@ -6,6 +6,8 @@
 - :class:`Child`: a subprocess whose stdout is watched line by line, whose CPU use can be
   sampled (psutil, else ``/proc``) and whose peak RSS is read when it is reaped
   (``os.wait4``: the child's own ``ru_maxrss``, not the maximum over every child).
+- :class:`ProcessProbe` / :class:`ResourceSampler`: CPU seconds and RSS of any process by pid,
+  sampled in a thread and tagged with the benchmark's current phase; :func:`free_port`.
 - :func:`build_handler`: a stage handler built from the registry exactly as the pipeline
   builds it from the CLI's flags, for measuring one stage without a pipeline.
 - :func:`percentile`, :func:`cell`, :func:`print_table`: reporting.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -76,16 +79,125 @@ def one_line(exc: BaseException, limit: int = 160) -> str:
 # -- child processes ------------------------------------------------------------------------
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` now (a server binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process from ``/proc/PID/stat`` (utime + stime; Linux)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "; fields[0] is the state
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_rss_mb(pid: int) -> float:
+    """Resident memory of a process from ``/proc/PID/status`` (VmRSS), MiB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system, all threads) a process has used so far."""
     try:
         import psutil
     except ImportError:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _proc_cpu_seconds(pid)
     times = psutil.Process(pid).cpu_times()
     return times.user + times.system
+
+
+class ProbeUnavailable(RuntimeError):
+    """Neither psutil nor ``/proc`` can read the process (message for the user)."""
+
+
+class ProcessProbe:
+    """Cumulative CPU seconds and current RSS of one process: psutil if installed, else ``/proc``.
+
+    Raises:
+        ProbeUnavailable: from the constructor when neither is available.
+        psutil.Error: from the constructor when psutil finds no such process.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            import psutil
+        except ImportError:
+            self._process: Any = None
+            if not Path(f"/proc/{pid}/stat").is_file():
+                raise ProbeUnavailable("cannot sample the server: install psutil (or run on Linux)") from None
+            self.method = "/proc"
+        else:
+            self._process = psutil.Process(pid)
+            self.method = "psutil"
+
+    def read(self) -> tuple[float, float]:
+        """(CPU seconds used so far, user + system; RSS in MiB).
+
+        Raises:
+            OSError (or psutil.Error): the process is gone.
+        """
+        if self._process is not None:
+            times = self._process.cpu_times()
+            return times.user + times.system, self._process.memory_info().rss / 2**20
+        return _proc_cpu_seconds(self.pid), _proc_rss_mb(self.pid)
+
+
+class ResourceSampler:
+    """Samples a process's CPU % and RSS in a thread, tagging each sample with the current phase.
+
+    Set :attr:`phase` as the benchmark moves on; the first phase is "startup".
+
+    Args:
+        probe: reads the process.
+        interval_s: seconds between samples.
+    """
+
+    def __init__(self, probe: ProcessProbe, interval_s: float) -> None:
+        self.probe = probe
+        self.interval_s = interval_s
+        self.phase = "startup"
+        self.samples: list[tuple[str, float, float]] = []  # (phase, CPU % of one core, RSS MiB)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def start(self) -> None:
+        """Start sampling."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling and wait for the thread."""
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            last_cpu, _ = self.probe.read()
+        except Exception:
+            return
+        last_t = time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            try:
+                cpu_s, rss_mb = self.probe.read()
+            except Exception:  # the process ended
+                return
+            now = time.monotonic()
+            percent = 100.0 * (cpu_s - last_cpu) / max(now - last_t, 1e-6)
+            self.samples.append((self.phase, percent, rss_mb))
+            last_cpu, last_t = cpu_s, now
+
+    def summary(self, phase: str) -> tuple[float | None, float | None, float | None]:
+        """(CPU mean %, CPU peak %, RSS peak MiB) of the samples taken during ``phase``."""
+        rows = [(cpu, rss) for name, cpu, rss in self.samples if name == phase]
+        if not rows:
+            return None, None, None
+        cpu = [c for c, _ in rows]
+        return sum(cpu) / len(cpu), max(cpu), max(r for _, r in rows)
 
 
 class Child:

@@ -6,9 +6,9 @@ The script starts the realtime server as a subprocess on a free port::
     python s2s_pipeline.py --mode server --host 127.0.0.1 --port PORT --max_sessions N [EXTRA FLAGS]
 
 (flags after ``--`` go to the server unchanged), or uses a running one given with ``--url``.
-It then talks to it through raw ``websockets`` clients that speak the OpenAI Realtime protocol
-(``session.update`` with ``server_vad``, then ``input_audio_buffer.append`` blocks of 40 ms of
-pcm16 at 24 kHz), in these phases:
+It then talks to it through WebSocket clients that speak the OpenAI Realtime protocol
+(:mod:`speech_to_speech.realtime.client`: ``session.update`` with ``server_vad``, then
+``input_audio_buffer.append`` blocks of 40 ms of pcm16 at 24 kHz), in these phases:
 
 1. **warm-up** (skip with ``--no_warmup``): one client speaks one clip and cancels the reply at
    its first audio delta, so that first-inference costs (lazy initialisation, kernel caches) do
@@ -64,13 +64,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import collections
 import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -81,29 +79,37 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-import soundfile as sf
-import soxr
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, WebSocketException
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
-#: the repository root (this file lives in ``scripts/``)
-REPO_ROOT = Path(__file__).resolve().parent.parent
-#: where pocketsphinx-testdata installs its LibriVox clips on Debian and Ubuntu
-DEFAULT_CLIPS_DIR = Path("/usr/share/pocketsphinx/test/data/librivox")
-#: the clip bundled with the tests, used when no other is found
-BUNDLED_CLIP = REPO_ROOT / "tests" / "data" / "librivox-0880.wav"
-#: the protocol's sample rate (audio/pcm: 16-bit little-endian mono)
-WIRE_RATE = 24_000
-#: seconds of audio in one input_audio_buffer.append
-BLOCK_S = 0.040
-#: samples in one append block
-BLOCK_SAMPLES = round(WIRE_RATE * BLOCK_S)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import (
+    REPO_ROOT,
+    ProbeUnavailable,
+    ProcessProbe,
+    ResourceSampler,
+    cell,
+    find_clips,
+    free_port,
+    percentile,
+    print_table,
+)
+
+from speech_to_speech.realtime.client import (
+    WIRE_RATE,
+    ConnectError,
+    PacedSender,
+    RealtimeClient,
+    load_wire_audio,
+    pcm16_bytes,
+    session_update,
+    silence,
+)
+
 #: silence sent after each clip so that the server's VAD can endpoint, s
 TRAILING_SILENCE_S = 1.5
 #: what the server prints once its models are loaded and it accepts clients
 LISTENING = "realtime server listening on "
-#: largest server message accepted, bytes
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: close code of a full server (try again later)
 CLOSE_TRY_AGAIN_LATER = 1013
 #: seconds to wait for session.created / session.updated
@@ -138,22 +144,9 @@ class Clip:
         return len(self.samples) / WIRE_RATE
 
 
-def find_clips(clips_dir: str | None) -> list[Path]:
-    """The ``*.wav`` clips of ``clips_dir``, else the LibriVox test clips, else the bundled one."""
-    if clips_dir is not None:
-        return sorted(Path(clips_dir).glob("*.wav"))
-    clips = sorted(DEFAULT_CLIPS_DIR.glob("*.wav"))
-    return clips or ([BUNDLED_CLIP] if BUNDLED_CLIP.is_file() else [])
-
-
 def load_clip(path: Path) -> Clip:
     """Read ``path`` (any format soundfile reads), downmix to mono and resample to 24 kHz int16."""
-    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    mono = data.mean(axis=1)
-    if rate != WIRE_RATE:
-        mono = soxr.resample(mono, rate, WIRE_RATE)
-    samples = np.round(np.clip(mono, -1.0, 1.0) * 32767.0).astype(np.int16)
-    return Clip(path.stem, samples)
+    return Clip(path.stem, load_wire_audio(path))
 
 
 def short_names(stems: list[str]) -> list[str]:
@@ -168,24 +161,7 @@ def short_names(stems: list[str]) -> list[str]:
     return [stem[cut:] or stem for stem in stems]
 
 
-def silence(seconds: float) -> np.ndarray:
-    """``seconds`` of int16 silence at :data:`WIRE_RATE`."""
-    return np.zeros(round(seconds * WIRE_RATE), dtype=np.int16)
-
-
-def pcm16_bytes(payload: str) -> int:
-    """Decoded size in bytes of a base64 string (without decoding it)."""
-    return len(payload) * 3 // 4 - payload[-2:].count("=")
-
-
 # -- the server process and its resource use -----------------------------------------------
-
-
-def free_port(host: str) -> int:
-    """A TCP port that is free on ``host`` now (the server binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class ServerProcess:
@@ -270,109 +246,19 @@ class ServerProcess:
         proc.wait()
 
 
-class ProcessProbe:
-    """Cumulative CPU seconds and current RSS of one process: psutil if installed, else ``/proc``.
-
-    Raises:
-        BenchmarkError: from the constructor when neither is available.
-    """
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        try:
-            import psutil
-        except ImportError:
-            self._process: Any = None
-            if not Path(f"/proc/{pid}/stat").is_file():
-                raise BenchmarkError("cannot sample the server: install psutil (or run on Linux)") from None
-            self._ticks = os.sysconf("SC_CLK_TCK")
-            self.method = "/proc"
-        else:
-            self._process = psutil.Process(pid)
-            self.method = "psutil"
-
-    def read(self) -> tuple[float, float]:
-        """(CPU seconds used so far, user + system; RSS in MiB).
-
-        Raises:
-            OSError (or psutil.Error): the process is gone.
-        """
-        if self._process is not None:
-            times = self._process.cpu_times()
-            return times.user + times.system, self._process.memory_info().rss / 2**20
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "; fields[0] is the state
-        cpu_s = (int(fields[11]) + int(fields[12])) / self._ticks  # utime, stime
-        rss_kb = 0
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss_kb = int(line.split()[1])
-        return cpu_s, rss_kb / 1024
-
-
-class ResourceSampler:
-    """Samples a process's CPU % and RSS in a thread, tagging each sample with the current phase.
-
-    Args:
-        probe: reads the process.
-        interval_s: seconds between samples.
-    """
-
-    def __init__(self, probe: ProcessProbe, interval_s: float) -> None:
-        self.probe = probe
-        self.interval_s = interval_s
-        self.phase = "startup"
-        self.samples: list[tuple[str, float, float]] = []  # (phase, CPU % of one core, RSS MiB)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-
-    def start(self) -> None:
-        """Start sampling."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop sampling and wait for the thread."""
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        try:
-            last_cpu, _ = self.probe.read()
-        except Exception:
-            return
-        last_t = time.monotonic()
-        while not self._stop.wait(self.interval_s):
-            try:
-                cpu_s, rss_mb = self.probe.read()
-            except Exception:  # the process ended
-                return
-            now = time.monotonic()
-            percent = 100.0 * (cpu_s - last_cpu) / max(now - last_t, 1e-6)
-            self.samples.append((self.phase, percent, rss_mb))
-            last_cpu, last_t = cpu_s, now
-
-    def summary(self, phase: str) -> tuple[float | None, float | None, float | None]:
-        """(CPU mean %, CPU peak %, RSS peak MiB) of the samples taken during ``phase``."""
-        rows = [(cpu, rss) for name, cpu, rss in self.samples if name == phase]
-        if not rows:
-            return None, None, None
-        cpu = [c for c, _ in rows]
-        return sum(cpu) / len(cpu), max(cpu), max(r for _, r in rows)
-
-
 # -- the protocol client --------------------------------------------------------------------
 
 
-class RealtimeClient:
+class BenchClient(RealtimeClient):
     """One session: sends events, and records when each server event of interest arrived.
 
-    Every timestamp is ``time.monotonic()`` right after the message was received.
+    Every timestamp is ``time.monotonic()`` right after the message was received (the
+    :class:`~speech_to_speech.realtime.client.EventLog`'s receipt time).
     """
 
-    def __init__(self, ws: ClientConnection, name: str) -> None:
-        self.ws = ws
+    def __init__(self, ws: ClientConnection, name: str = "") -> None:
+        super().__init__(ws)
         self.name = name
-        self.closed = False
         self.session_updated = False
         self.speech_started: list[float] = []
         self.speech_stopped: list[float] = []
@@ -381,14 +267,12 @@ class RealtimeClient:
         self.done: dict[str, tuple[float, str]] = {}  # response id -> (response.done, status)
         self.errors: list[str] = []
         self.cancel_on_first_audio = False
-        self._changed = asyncio.Event()
-        self._receiver: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[bool]] = set()
 
     # -- connection --------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, url: str, name: str, headers: dict[str, str], retries: int = 20) -> RealtimeClient:
+    async def open(cls, url: str, name: str, headers: dict[str, str], retries: int = 20) -> BenchClient:
         """Connect and wait for ``session.created``, retrying while the server is full.
 
         Raises:
@@ -396,43 +280,23 @@ class RealtimeClient:
         """
         for _ in range(retries):
             try:
-                ws = await connect(url, additional_headers=headers, max_size=MAX_MESSAGE_BYTES, open_timeout=10)
-            except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
-                raise BenchmarkError(f"{name}: cannot connect to {url}: {exc}") from None
+                client: BenchClient = await cls.connect(url, headers=headers, name=name)
+            except ConnectError as exc:
+                raise BenchmarkError(f"{name}: {exc}") from None
             try:
-                first = json.loads(await asyncio.wait_for(ws.recv(), SESSION_TIMEOUT_S))
-            except (ConnectionClosed, asyncio.TimeoutError, ValueError) as exc:
-                await ws.close()
+                first = await asyncio.wait_for(client.recv(), SESSION_TIMEOUT_S)
+            except (ConnectionClosed, asyncio.TimeoutError) as exc:
+                await client.close()
                 raise BenchmarkError(f"{name}: no session.created: {exc!r}") from None
             if first.get("type") == "session.created":
-                client = cls(ws, name)
-                client._receiver = asyncio.create_task(client._receive())
+                client.start_log(client._handle)
                 return client
-            await ws.close()
+            await client.close()
             code = (first.get("error") or {}).get("code")
             if code != "max_sessions_reached":
                 raise BenchmarkError(f"{name}: unexpected first event: {json.dumps(first)[:200]}")
             await asyncio.sleep(0.5)  # a session of the previous client is still closing
         raise BenchmarkError(f"{name}: the server stayed full")
-
-    async def close(self) -> None:
-        """Close the connection and stop receiving."""
-        self.closed = True
-        with contextlib.suppress(Exception):
-            await self.ws.close()
-        if self._receiver is not None:
-            self._receiver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._receiver
-
-    async def send(self, event: dict[str, Any]) -> None:
-        """Send one client event (dropped once the connection is closed)."""
-        if self.closed:
-            return
-        try:
-            await self.ws.send(json.dumps(event))
-        except ConnectionClosed:
-            self.closed = True
 
     async def configure(self) -> None:
         """``session.update`` with server VAD (audio in and out as pcm16 at 24 kHz), then wait for the ack.
@@ -440,42 +304,11 @@ class RealtimeClient:
         Raises:
             BenchmarkError: no ``session.updated`` arrived.
         """
-        audio_format = {"type": "audio/pcm", "rate": WIRE_RATE}
-        session = {
-            "type": "realtime",
-            "output_modalities": ["audio"],
-            "audio": {
-                "input": {
-                    "format": audio_format,
-                    "turn_detection": {"type": "server_vad", "interrupt_response": True, "create_response": True},
-                },
-                "output": {"format": audio_format},
-            },
-        }
-        await self.send({"type": "session.update", "session": session})
+        await self.send(session_update({"type": "server_vad", "interrupt_response": True, "create_response": True}))
         if not await self.wait_for(lambda: self.session_updated, SESSION_TIMEOUT_S):
             raise BenchmarkError(f"{self.name}: no session.updated ({'; '.join(self.errors) or 'no error event'})")
 
     # -- receiving ---------------------------------------------------------------------------
-
-    async def _receive(self) -> None:
-        try:
-            async for message in self.ws:
-                now = time.monotonic()
-                if isinstance(message, bytes):
-                    continue
-                try:
-                    event = json.loads(message)
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    self._handle(event, now)
-                    self._changed.set()
-        except ConnectionClosed:
-            pass
-        finally:
-            self.closed = True
-            self._changed.set()
 
     def _handle(self, event: dict[str, Any], now: float) -> None:
         kind = event.get("type")
@@ -503,16 +336,8 @@ class RealtimeClient:
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until ``predicate()`` holds (checked after every event); False on timeout or close."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not predicate():
-            remaining = deadline - loop.time()
-            if self.closed or remaining <= 0:
-                return predicate()
-            self._changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
-        return True
+        assert self.log is not None
+        return await self.log.until(predicate, timeout_s)
 
     # -- turn bookkeeping ----------------------------------------------------------------------
 
@@ -558,73 +383,6 @@ class RealtimeClient:
             await self.send({"type": "response.cancel"})
             await self.wait_for(lambda: not self.in_flight(), CLEANUP_TIMEOUT_S)
         await self.close()
-
-
-class Microphone:
-    """Sends queued audio as ``input_audio_buffer.append`` blocks on an absolute real-time schedule.
-
-    Block ``i`` of a stretch leaves at start + (i + 1) × 40 ms / speed. With ``open_mic`` it sends
-    silence whenever nothing is queued (one unbroken stream); otherwise it pauses, and the next
-    :meth:`say` starts a new schedule.
-    """
-
-    def __init__(self, client: RealtimeClient, speed: float, open_mic: bool) -> None:
-        self.client = client
-        self.block_s = BLOCK_S / speed
-        self.open_mic = open_mic
-        self._pending = np.zeros(0, dtype=np.int16)
-        self._fed = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
-        self._task: asyncio.Task[None] | None = None
-
-    def say(self, samples: np.ndarray) -> None:
-        """Queue ``samples`` (int16 at 24 kHz) after what is already queued."""
-        self._pending = np.concatenate([self._pending, samples.astype(np.int16)])
-        self._drained.clear()
-        self._fed.set()
-        if self._task is None:
-            self._task = asyncio.create_task(self._run())
-
-    async def drained(self) -> None:
-        """Wait until everything queued has been sent."""
-        await self._drained.wait()
-
-    async def stop(self) -> None:
-        """Stop sending."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        try:
-            await self._send_blocks()
-        finally:  # the connection closed: nothing more will be sent
-            self._drained.set()
-
-    async def _send_blocks(self) -> None:
-        start: float | None = None
-        index = 0
-        while not self.client.closed:
-            if not len(self._pending) and not self.open_mic:
-                self._fed.clear()
-                await self._fed.wait()
-                start = None
-            if start is None:
-                start, index = time.monotonic(), 0
-            index += 1
-            delay = start + index * self.block_s - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            block, self._pending = self._pending[:BLOCK_SAMPLES], self._pending[BLOCK_SAMPLES:]
-            if len(block) < BLOCK_SAMPLES and self.open_mic:
-                block = np.concatenate([block, np.zeros(BLOCK_SAMPLES - len(block), dtype=np.int16)])
-            if len(block):
-                payload = base64.b64encode(block.astype("<i2").tobytes()).decode("ascii")
-                await self.client.send({"type": "input_audio_buffer.append", "audio": payload})
-            if not len(self._pending):
-                self._drained.set()
 
 
 # -- the phases -------------------------------------------------------------------------------
@@ -689,10 +447,10 @@ class Options:
 async def speak_one_turn(options: Options, phase: str, name: str, clip: Clip, cancel: bool) -> list[Turn]:
     """Open a session, speak ``clip`` and 1.5 s of silence, wait for the reply; one Turn per user turn."""
     try:
-        client = await RealtimeClient.open(options.url, name, options.headers)
+        client = await BenchClient.open(options.url, name, options.headers)
     except BenchmarkError as exc:
         return [Turn(phase, name, clip.name, None, str(exc))]
-    mic = Microphone(client, options.speed, options.open_mic)
+    mic = PacedSender(client, options.speed, options.open_mic)
     try:
         await client.configure()
         client.cancel_on_first_audio = cancel
@@ -717,11 +475,11 @@ async def barge_in(options: Options, name: str, first: Clip, second: Clip) -> Ba
     """Speak ``first``; at its reply's first audio delta speak ``second`` over it; time the stop."""
     result = BargeIn(name, f"{first.name} + {second.name}")
     try:
-        client = await RealtimeClient.open(options.url, name, options.headers)
+        client = await BenchClient.open(options.url, name, options.headers)
     except BenchmarkError as exc:
         result.error = str(exc)
         return result
-    mic = Microphone(client, options.speed, open_mic=True)
+    mic = PacedSender(client, options.speed, open_mic=True)
     try:
         await client.configure()
         mic.say(np.concatenate([first.samples, silence(TRAILING_SILENCE_S)]))
@@ -786,7 +544,7 @@ async def run_phases(
         if sampler is not None:
             sampler.phase = phase
 
-    probe = await RealtimeClient.open(options.url, "probe", options.headers)  # fail early when unreachable
+    probe = await BenchClient.open(options.url, "probe", options.headers)  # fail early when unreachable
     await probe.close()
     turns: list[Turn] = []
     if warmup:
@@ -819,29 +577,6 @@ async def run_phases(
 # -- report -----------------------------------------------------------------------------------
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile of ``values`` (linear interpolation), None if empty."""
-    return float(np.percentile(values, q)) if values else None
-
-
-def _cell(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """Print aligned columns: the first left-aligned, the others right-aligned."""
-    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        return "  ".join(cells).rstrip()
-
-    print(line(headers))
-    print("  ".join("-" * w for w in widths))
-    for row in rows:
-        print(line(row))
-
-
 def report(
     turns: list[Turn],
     barge_ins: list[BargeIn],
@@ -852,7 +587,7 @@ def report(
 ) -> None:
     """Print the per-turn details, then the summary table and notes."""
     print("\nper turn:")
-    rows = [[t.phase, t.client, t.clip, _cell(t.v2v_ms), t.status or "-"] for t in turns]
+    rows = [[t.phase, t.client, t.clip, cell(t.v2v_ms), t.status or "-"] for t in turns]
     print_table(["phase", "client", "clip", "v2v ms", "reply status"], rows)
     if barge_ins:
         print("\nbarge-in runs:")
@@ -860,9 +595,9 @@ def report(
             [
                 b.client,
                 b.clips,
-                _cell(b.stop_last_delta_ms),
-                _cell(b.stop_done_ms),
-                _cell(b.late_audio_ms),
+                cell(b.stop_last_delta_ms),
+                cell(b.stop_done_ms),
+                cell(b.late_audio_ms),
                 b.error or b.status or "-",
             ]
             for b in barge_ins
@@ -872,7 +607,7 @@ def report(
 
     def resources(phase: str) -> list[str]:
         mean, peak, rss = sampler.summary(phase) if sampler is not None else (None, None, None)
-        return [_cell(mean), _cell(peak), _cell(rss)]
+        return [cell(mean), cell(peak), cell(rss)]
 
     print("\nsummary:")
     rows = []
@@ -882,20 +617,20 @@ def report(
         values = [t.v2v_ms for t in turns if t.phase == phase and t.v2v_ms is not None]
         count = len([t for t in turns if t.phase == phase])
         p50, p90 = percentile(values, 50), percentile(values, 90)
-        rows.append([phase, str(n_clients), f"{len(values)}/{count}", _cell(p50), _cell(p90), "-", "-"])
+        rows.append([phase, str(n_clients), f"{len(values)}/{count}", cell(p50), cell(p90), "-", "-"])
         rows[-1] += resources(phase)
     if barge_ins:
         measured = [b for b in barge_ins if b.stop_done_ms is not None]
         last = percentile([b.stop_last_delta_ms for b in measured if b.stop_last_delta_ms is not None], 50)
         done = percentile([b.stop_done_ms for b in measured if b.stop_done_ms is not None], 50)
-        rows.append(["barge-in", "1", f"{len(measured)}/{len(barge_ins)}", "-", "-", _cell(last), _cell(done)])
+        rows.append(["barge-in", "1", f"{len(measured)}/{len(barge_ins)}", "-", "-", cell(last), cell(done)])
         rows[-1] += resources("barge-in")
     headers = ["phase", "clients", "turns", "v2v p50 ms", "v2v p90 ms", "stop: last delta ms", "stop: done ms"]
     print_table([*headers, "CPU mean %", "CPU peak %", "RSS peak MB"], rows)
     all_rss = [rss for _, _, rss in sampler.samples] if sampler is not None else []
     print(
-        f"\nmodel load s: {_cell(load_s, 1)} (server start -> 'listening' line)   "
-        f"server RSS peak over the whole run: {_cell(max(all_rss) if all_rss else None)} MB   "
+        f"\nmodel load s: {cell(load_s, 1)} (server start -> 'listening' line)   "
+        f"server RSS peak over the whole run: {cell(max(all_rss) if all_rss else None)} MB   "
         f"CPU % is of one core ({os.cpu_count()} cores here)"
     )
     if len(barge_ins) > 1:
@@ -982,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 sampler = ResourceSampler(ProcessProbe(pid), args.sample_s)
                 sampler.start()
-            except BenchmarkError as exc:
+            except ProbeUnavailable as exc:
                 notes.append(str(exc))
             except Exception as exc:  # e.g. psutil.NoSuchProcess for a wrong --server_pid
                 notes.append(f"cannot sample process {pid}: {exc}")

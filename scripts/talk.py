@@ -59,6 +59,11 @@ keeps going), and per turn the latency in ms from ``speech_stopped`` (or from th
 event as JSON Lines with a ``t`` field (seconds since connecting) and base64 audio payloads
 replaced by their byte counts.
 
+The connection, the event stream, wire audio and paced sending are those of
+:mod:`speech_to_speech.realtime.client` (which the server benchmark and the tests use too); the
+speaker and the WAV output are built on :mod:`speech_to_speech.audio_io`'s ``OutputBuffer`` and
+``Timeline``, as the pipeline's own sinks are.
+
 Exit status: 0 when done (or quit with Ctrl-C in live mode), 1 when the server cannot be reached
 or closes the connection early, a file cannot be read or written, or no audio device is usable,
 2 on bad flags (including a ``--tool-module`` that cannot be loaded), 130 on Ctrl-C in file or
@@ -69,7 +74,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import importlib
 import importlib.util
@@ -79,7 +83,6 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,16 +91,23 @@ from typing import Any, Protocol, TextIO
 
 import numpy as np
 import soundfile as sf
-import soxr
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, WebSocketException
 
-#: protocol sample rate in Hz (audio/pcm: 16-bit little-endian mono)
-SAMPLE_RATE = 24_000
-#: duration of one input_audio_buffer.append block in seconds
-BLOCK_S = 0.040
-#: samples in one append block at SAMPLE_RATE
-BLOCK_SAMPLES = round(SAMPLE_RATE * BLOCK_S)
+from speech_to_speech.audio_io import AudioDeviceError, OutputBuffer, Timeline, import_sounddevice
+from speech_to_speech.realtime.client import (
+    BLOCK_S,
+    BLOCK_SAMPLES,
+    WIRE_RATE,
+    Blocker,
+    ConnectError,
+    PacedSender,
+    RealtimeClient,
+    StreamResampler,
+    decode_pcm16,
+    load_wire_audio,
+    session_update,
+    silence,
+)
+
 #: seconds of silence sent after an input file so that server VAD can endpoint
 TRAILING_SILENCE_S = 1.5
 #: seconds to wait for session.updated before streaming anyway
@@ -106,18 +116,12 @@ SESSION_READY_TIMEOUT_S = 5.0
 SETTLE_S = 1.0
 #: seconds at most to wait for the speaker to play out what is queued before exiting
 DRAIN_TIMEOUT_S = 60.0
-#: largest server message accepted, in bytes
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: default seconds a tool may run before its output becomes a timeout error
 TOOL_TIMEOUT_S = 10.0
 #: follow-up responses in a row that may call tools again before the client stops asking
 MAX_TOOL_ROUNDS = 8
 #: characters of a tool result shown on the console
 TOOL_PRINT_CHARS = 300
-
-
-class AudioDeviceError(RuntimeError):
-    """No usable sound device (or PortAudio itself is missing)."""
 
 
 class UsageError(Exception):
@@ -132,83 +136,12 @@ class ToolModuleError(Exception):
 # audio helpers
 
 
-def encode_pcm16(samples: np.ndarray) -> str:
-    """Base64 of int16 samples as 16-bit little-endian PCM."""
-    return base64.b64encode(np.asarray(samples, dtype="<i2").tobytes()).decode("ascii")
-
-
-def decode_pcm16(payload: str) -> np.ndarray:
-    """Base64 16-bit little-endian PCM to an int16 array (a trailing odd byte is dropped)."""
-    raw = base64.b64decode(payload)
-    return np.frombuffer(raw[: len(raw) - len(raw) % 2], dtype="<i2").astype(np.int16)
-
-
-def float_to_int16(samples: np.ndarray) -> np.ndarray:
-    """Float samples in [-1, 1] (clipped) to int16."""
-    return np.round(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
-
-
-def load_audio(path: str) -> np.ndarray:
-    """Read any file ``soundfile`` can read; return int16 mono samples at SAMPLE_RATE Hz."""
-    data, rate = sf.read(path, dtype="float32", always_2d=True)
-    mono = data.mean(axis=1)
-    if rate != SAMPLE_RATE and len(mono):
-        mono = soxr.resample(mono, rate, SAMPLE_RATE)
-    return float_to_int16(mono)
-
-
-class StreamResampler:
-    """Chunk-wise int16 mono resampler (identity when both rates, in Hz, are equal)."""
-
-    def __init__(self, in_rate: int, out_rate: int) -> None:
-        self._stream = None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="int16")
-
-    def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
-        """Resample one chunk; ``last=True`` flushes the tail and readies it for a new stream."""
-        if self._stream is None:
-            return samples
-        out = self._stream.resample_chunk(np.ascontiguousarray(samples, dtype=np.int16), last=last)
-        if last:
-            self._stream.clear()
-        return out
-
-    def reset(self) -> None:
-        """Forget buffered input (after a barge-in)."""
-        if self._stream is not None:
-            self._stream.clear()
-
-
-class Blocker:
-    """Cuts a stream of int16 samples into blocks of a fixed number of samples."""
-
-    def __init__(self, block_samples: int) -> None:
-        self._block = block_samples
-        self._pending = np.zeros(0, dtype=np.int16)
-
-    def feed(self, samples: np.ndarray) -> list[np.ndarray]:
-        """Add samples; return every complete block now available."""
-        self._pending = np.concatenate([self._pending, samples])
-        count = len(self._pending) // self._block
-        blocks = [self._pending[i * self._block : (i + 1) * self._block] for i in range(count)]
-        self._pending = self._pending[count * self._block :]
-        return blocks
-
-
-def import_sounddevice() -> ModuleType:
-    """Import ``sounddevice`` lazily (its import fails when the PortAudio library is missing)."""
-    try:
-        import sounddevice
-    except (ImportError, OSError) as exc:
-        raise AudioDeviceError(f"PortAudio unavailable: {exc}") from exc
-    return sounddevice
-
-
 def pick_rate(sd: ModuleType, device: int | str | None, kind: str) -> int:
-    """SAMPLE_RATE if the device accepts it as int16 mono, else the device's default rate in Hz."""
+    """WIRE_RATE if the device accepts it as int16 mono, else the device's default rate in Hz."""
     check = sd.check_input_settings if kind == "input" else sd.check_output_settings
     try:
-        check(device=device, channels=1, dtype="int16", samplerate=SAMPLE_RATE)
-        return SAMPLE_RATE
+        check(device=device, channels=1, dtype="int16", samplerate=WIRE_RATE)
+        return WIRE_RATE
     except Exception:
         info = sd.query_devices(device, kind)
         return int(info["default_samplerate"])
@@ -226,7 +159,7 @@ def parse_device(value: str | None) -> int | str | None:
 
 
 class AudioSink(Protocol):
-    """Receives assistant audio (int16 mono at SAMPLE_RATE) and knows how much of it was heard."""
+    """Receives assistant audio (int16 mono at WIRE_RATE) and knows how much of it was heard."""
 
     def start(self, t0: float) -> None:
         """Start the timeline at ``t0`` (``time.monotonic()`` seconds)."""
@@ -270,17 +203,8 @@ class NullSink:
         """Nothing to release."""
 
 
-@dataclass
-class _Chunk:
-    """Audio queued for the speaker: ``samples`` at the device rate, ``offset`` already played."""
-
-    item_id: str
-    samples: np.ndarray
-    offset: int = 0
-
-
 class SpeakerSink:
-    """Plays assistant audio through a ``sounddevice`` OutputStream fed from a locked queue."""
+    """Plays assistant audio through a ``sounddevice`` OutputStream fed from an :class:`OutputBuffer`."""
 
     def __init__(self, device: int | str | None = None) -> None:
         sd = import_sounddevice()
@@ -291,42 +215,27 @@ class SpeakerSink:
             )
         except Exception as exc:  # PortAudioError, ValueError (no default device), ...
             raise AudioDeviceError(f"no output device: {exc}") from exc
-        self._resampler = StreamResampler(SAMPLE_RATE, self.rate)
-        self._lock = threading.Lock()
-        self._queue: deque[_Chunk] = deque()
+        self._resampler = StreamResampler(WIRE_RATE, self.rate)
+        self._buffer = OutputBuffer()  # device-rate chunks tagged with their item id
         self._played: dict[str, int] = {}  # device-rate samples handed to the device, per item
         self._done: set[str] = set()
         self._last_item: str | None = None
 
+    def _count_played(self, item_id: str, samples: int) -> None:
+        self._played[item_id] = self._played.get(item_id, 0) + samples
+
     def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
         """PortAudio thread: fill ``outdata`` from the queue, silence on underrun."""
-        out = outdata[:, 0]
-        filled = 0
-        with self._lock:
-            while filled < frames and self._queue:
-                chunk = self._queue[0]
-                n = min(frames - filled, len(chunk.samples) - chunk.offset)
-                out[filled : filled + n] = chunk.samples[chunk.offset : chunk.offset + n]
-                chunk.offset += n
-                filled += n
-                self._played[chunk.item_id] = self._played.get(chunk.item_id, 0) + n
-                if chunk.offset >= len(chunk.samples):
-                    self._queue.popleft()
-        out[filled:] = 0
+        self._buffer.fill(outdata[:, 0], played=self._count_played)
 
     def start(self, t0: float) -> None:
         """Start the output stream."""
         self._stream.start()
 
-    def _enqueue(self, item_id: str, samples: np.ndarray) -> None:
-        if len(samples):
-            with self._lock:
-                self._queue.append(_Chunk(item_id, samples))
-
     def push(self, item_id: str, pcm: np.ndarray) -> None:
         """Resample to the device rate if needed and queue."""
         self._last_item = item_id
-        self._enqueue(item_id, self._resampler.process(pcm))
+        self._buffer.append(self._resampler.process(pcm), item_id)
 
     def item_done(self, item_id: str) -> None:
         """Flush the resampler's tail for ``item_id``."""
@@ -334,14 +243,13 @@ class SpeakerSink:
             return
         self._done.add(item_id)
         if item_id == self._last_item:
-            self._enqueue(item_id, self._resampler.process(np.zeros(0, dtype=np.int16), last=True))
+            self._buffer.append(self._resampler.process(np.zeros(0, dtype=np.int16), last=True), item_id)
 
     def interrupt(self) -> tuple[str, int] | None:
         """Drop everything queued; the playing item is the queue's head, else the last pushed item."""
-        with self._lock:
-            pending = bool(self._queue)
-            item_id = self._queue[0].item_id if pending else self._last_item
-            self._queue.clear()
+        playing = self._buffer.clear()
+        pending = playing is not None
+        item_id = playing if pending else self._last_item
         self._resampler.reset()
         if item_id is None or (not pending and item_id in self._done):
             return None  # nothing playing: the last item was heard in full
@@ -354,10 +262,7 @@ class SpeakerSink:
     async def drain(self) -> None:
         """Wait (at most DRAIN_TIMEOUT_S) until the queue is empty plus the device latency."""
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._queue:
-                    break
+        while self._buffer and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await asyncio.sleep(float(self._stream.latency))
 
@@ -367,19 +272,6 @@ class SpeakerSink:
             self._stream.stop()
         with contextlib.suppress(Exception):
             self._stream.close()
-
-
-@dataclass
-class _Segment:
-    """Assistant audio placed on the output timeline at sample ``start`` (SAMPLE_RATE)."""
-
-    item_id: str
-    start: int
-    samples: np.ndarray
-
-    @property
-    def end(self) -> int:
-        return self.start + len(self.samples)
 
 
 class WavSink:
@@ -395,8 +287,8 @@ class WavSink:
         self._console = console
         self._min_samples = min_samples
         self._t0 = time.monotonic()
-        self._segments: list[_Segment] = []
-        self._cursor = 0  # first free sample after the last segment
+        self._timeline = Timeline()  # pieces tagged with their item id
+        self._cursor = 0  # first free sample after the last delta
         self._done: set[str] = set()
         self._last_item: str | None = None
         self._started = False
@@ -407,12 +299,12 @@ class WavSink:
         self._started = True
 
     def _now(self) -> int:
-        return round((time.monotonic() - self._t0) * SAMPLE_RATE)
+        return round((time.monotonic() - self._t0) * WIRE_RATE)
 
     def push(self, item_id: str, pcm: np.ndarray) -> None:
         """Place ``pcm`` at max(now, end of previous delta)."""
         start = max(self._now(), self._cursor)
-        self._segments.append(_Segment(item_id, start, pcm))
+        self._timeline.place(start, pcm, item_id)
         self._cursor = start + len(pcm)
         self._last_item = item_id
 
@@ -423,25 +315,18 @@ class WavSink:
     def interrupt(self) -> tuple[str, int] | None:
         """Cut everything not yet "played" at the current time; report the playing item."""
         now = self._now()
-        playing = [seg for seg in self._segments if seg.end > now]
+        playing = [item for start, samples, item in self._timeline.pieces if start + len(samples) > now]
         if playing:
-            item_id = playing[0].item_id
+            item_id = playing[0]
         elif self._last_item is not None and self._last_item not in self._done:
             item_id = self._last_item  # response still streaming, everything so far was heard
         else:
             return None
-        kept = []
-        for seg in self._segments:
-            if seg.start >= now:
-                continue
-            if seg.end > now:
-                seg.samples = seg.samples[: now - seg.start]
-            kept.append(seg)
-        self._segments = kept
+        self._timeline.cut(now)
         self._cursor = min(self._cursor, now)
         self._done.add(item_id)
-        heard = sum(len(seg.samples) for seg in kept if seg.item_id == item_id)
-        return item_id, heard * 1000 // SAMPLE_RATE
+        heard = sum(len(samples) for _, samples, item in self._timeline.pieces if item == item_id)
+        return item_id, heard * 1000 // WIRE_RATE
 
     async def drain(self) -> None:
         """Nothing to play out."""
@@ -451,17 +336,14 @@ class WavSink:
         if not self._started:
             return
         self._started = False
-        total = max(self._cursor, self._min_samples)
-        audio = np.zeros(total, dtype=np.int16)
-        for seg in self._segments:
-            audio[seg.start : seg.end] = seg.samples
+        audio = self._timeline.render(max(self._cursor, self._min_samples), np.int16)
         try:
-            sf.write(self._path, audio, SAMPLE_RATE, subtype="PCM_16")
+            sf.write(self._path, audio, WIRE_RATE, subtype="PCM_16")
         except Exception as exc:
             self._console.line(f"[error] cannot write {self._path}: {exc}")
             return
-        voiced = sum(len(seg.samples) for seg in self._segments) / SAMPLE_RATE
-        self._console.line(f"[saved] {self._path}: {total / SAMPLE_RATE:.2f} s, {voiced:.2f} s of assistant audio")
+        voiced = sum(len(samples) for _, samples, _ in self._timeline.pieces) / WIRE_RATE
+        self._console.line(f"[saved] {self._path}: {len(audio) / WIRE_RATE:.2f} s, {voiced:.2f} s of assistant audio")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -726,30 +608,17 @@ class _ToolRound:
 
 def build_session_update(args: argparse.Namespace, tools: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``session.update`` event for the command-line options (with ``tools``, tool_choice "auto")."""
-    audio_in: dict[str, Any] = {
-        "format": {"type": "audio/pcm", "rate": SAMPLE_RATE},
-        "turn_detection": None if args.no_vad else {"type": "server_vad", "interrupt_response": True},
-    }
-    if args.transcription_model:
-        audio_in["transcription"] = {"model": args.transcription_model}
-    audio_out: dict[str, Any] = {"format": {"type": "audio/pcm", "rate": SAMPLE_RATE}}
-    if args.voice:
-        audio_out["voice"] = args.voice
-    session: dict[str, Any] = {
-        "type": "realtime",
-        "output_modalities": ["audio"],
-        "audio": {"input": audio_in, "output": audio_out},
-    }
-    if args.instructions:
-        session["instructions"] = args.instructions
-    if tools:
-        session["tools"] = [dict(tool) for tool in tools]
-        session["tool_choice"] = "auto"
-    return {"type": "session.update", "session": session}
+    return session_update(
+        None if args.no_vad else {"type": "server_vad", "interrupt_response": True},
+        instructions=args.instructions,
+        voice=args.voice,
+        transcription_model=args.transcription_model,
+        tools=tools,
+    )
 
 
-class RealtimeClient:
-    """One Realtime conversation over an open websocket: sends input, handles server events.
+class Conversation:
+    """One Realtime conversation over an open connection: sends input, handles server events.
 
     Turn bookkeeping: ``awaiting_reply`` is set when the user starts speaking (server VAD) or the
     client sends ``response.create``, and cleared by the ``response.done`` of a response created
@@ -763,7 +632,7 @@ class RealtimeClient:
 
     def __init__(
         self,
-        ws: ClientConnection,
+        connection: RealtimeClient,
         sink: AudioSink,
         console: Console,
         log: TranscriptLog,
@@ -773,7 +642,7 @@ class RealtimeClient:
         tools: ToolModule | None = None,
         tool_timeout_s: float = TOOL_TIMEOUT_S,
     ) -> None:
-        self.ws = ws
+        self.connection = connection
         self.sink = sink
         self.console = console
         self.log = log
@@ -801,7 +670,7 @@ class RealtimeClient:
         self.turn_end: tuple[float, str, float | None] | None = None  # (monotonic s, label, audio_end_ms)
         self.latencies_ms: list[float] = []
         self.responses_done = 0
-        self.closed = False
+        connection.on_invalid = lambda text: self.console.line(f"[warning] non-JSON message ignored: {text[:80]!r}")
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "session.created": self._on_session,
             "session.updated": self._on_session,
@@ -831,16 +700,7 @@ class RealtimeClient:
 
     async def send(self, event: dict[str, Any]) -> None:
         """Send one client event (silently dropped once the connection is closed)."""
-        if self.closed:
-            return
-        try:
-            await self.ws.send(json.dumps(event))
-        except ConnectionClosed:
-            self.closed = True
-
-    async def append_audio(self, samples: np.ndarray) -> None:
-        """Send int16 samples at SAMPLE_RATE as ``input_audio_buffer.append``."""
-        await self.send({"type": "input_audio_buffer.append", "audio": encode_pcm16(samples)})
+        await self.connection.send(event)
 
     def _expect_reply(self, label: str) -> None:
         self.awaiting_reply = True
@@ -884,22 +744,9 @@ class RealtimeClient:
 
     async def receive_loop(self) -> str | None:
         """Handle server events until the connection closes; return why it closed (None if cleanly)."""
-        reason = None
-        try:
-            async for message in self.ws:
-                if isinstance(message, bytes):
-                    continue
-                try:
-                    event = json.loads(message)
-                except ValueError:
-                    self.console.line(f"[warning] non-JSON message ignored: {message[:80]!r}")
-                    continue
-                if isinstance(event, dict):
-                    await self.handle(event)
-        except ConnectionClosed as exc:
-            reason = f"code {exc.rcvd.code if exc.rcvd else 1006}: {exc.rcvd.reason if exc.rcvd else 'no close frame'}"
-        self.closed = True
-        return reason
+        async for event in self.connection:
+            await self.handle(event)
+        return self.connection.close_reason
 
     async def handle(self, event: dict[str, Any]) -> None:
         """Log ``event`` and dispatch it to its handler."""
@@ -1084,24 +931,24 @@ class FileSource:
     """An audio file streamed at real-time pace on an absolute schedule."""
 
     def __init__(self, samples: np.ndarray, trailing_silence_s: float) -> None:
-        """``samples``: int16 mono at SAMPLE_RATE; ``trailing_silence_s``: silence appended, in s."""
-        silence = np.zeros(round(trailing_silence_s * SAMPLE_RATE), dtype=np.int16)
-        audio = np.concatenate([samples, silence])
+        """``samples``: int16 mono at WIRE_RATE; ``trailing_silence_s``: silence appended, in s."""
+        audio = np.concatenate([samples, silence(trailing_silence_s)])
         pad = (-len(audio)) % BLOCK_SAMPLES
         self.samples = np.concatenate([audio, np.zeros(pad, dtype=np.int16)])
 
     @property
     def duration_samples(self) -> int:
-        """Length of what is streamed, in samples at SAMPLE_RATE."""
+        """Length of what is streamed, in samples at WIRE_RATE."""
         return len(self.samples)
 
-    async def stream(self, client: RealtimeClient) -> None:
+    async def stream(self, client: Conversation) -> None:
         """Send block i (40 ms) at ``client.stream_t0 + (i + 1) * BLOCK_S``, when it "was recorded"."""
-        for index in range(len(self.samples) // BLOCK_SAMPLES):
-            delay = client.stream_t0 + (index + 1) * BLOCK_S - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await client.append_audio(self.samples[index * BLOCK_SAMPLES : (index + 1) * BLOCK_SAMPLES])
+        sender = PacedSender(client.connection)
+        sender.say(self.samples, start=client.stream_t0)
+        try:
+            await sender.drained()
+        finally:
+            await sender.stop()
 
     def close(self) -> None:
         """Nothing to release."""
@@ -1133,18 +980,18 @@ class MicSource:
             with contextlib.suppress(RuntimeError):  # loop already closed
                 self._loop.call_soon_threadsafe(self._queue.put_nowait, indata[:, 0].copy())
 
-    async def stream(self, client: RealtimeClient) -> None:
-        """Capture until cancelled; resample to SAMPLE_RATE and send BLOCK_SAMPLES blocks."""
+    async def stream(self, client: Conversation) -> None:
+        """Capture until cancelled; resample to WIRE_RATE and send BLOCK_SAMPLES blocks."""
         self._loop = asyncio.get_running_loop()
         self._queue = asyncio.Queue()
-        resampler = StreamResampler(self.rate, SAMPLE_RATE)
+        resampler = StreamResampler(self.rate, WIRE_RATE)
         blocker = Blocker(BLOCK_SAMPLES)
         self._stream.start()
         try:
             while True:
                 captured = await self._queue.get()
                 for block in blocker.feed(resampler.process(captured)):
-                    await client.append_audio(block)
+                    await client.connection.append_audio(block)
         finally:
             self.close()
 
@@ -1170,7 +1017,7 @@ def start_stdin_reader(loop: asyncio.AbstractEventLoop) -> asyncio.Queue[str]:
     return lines
 
 
-async def push_to_talk(client: RealtimeClient) -> None:
+async def push_to_talk(client: Conversation) -> None:
     """``--no_vad`` live mode: every Enter ends the user's turn (interrupting any reply)."""
     client.console.line("[push-to-talk] speak, then press Enter to get a reply")
     lines = start_stdin_reader(asyncio.get_running_loop())
@@ -1181,7 +1028,7 @@ async def push_to_talk(client: RealtimeClient) -> None:
         await client.commit_and_respond()
 
 
-async def wait_for_reply(client: RealtimeClient, idle_timeout_s: float, settle_s: float = 0.0) -> bool:
+async def wait_for_reply(client: Conversation, idle_timeout_s: float, settle_s: float = 0.0) -> bool:
     """Wait until no reply is awaited, nothing is busy and the server was quiet ``settle_s`` s.
 
     Busy: a response in flight or a tool running. Returns False instead when, while not busy,
@@ -1199,7 +1046,7 @@ async def wait_for_reply(client: RealtimeClient, idle_timeout_s: float, settle_s
         await asyncio.sleep(0.05)
 
 
-async def send_text_turns(client: RealtimeClient, texts: Sequence[str], idle_timeout_s: float) -> None:
+async def send_text_turns(client: Conversation, texts: Sequence[str], idle_timeout_s: float) -> None:
     """Send each text turn once the previous reply is complete (or the server went idle)."""
     for text in texts:
         if not await wait_for_reply(client, idle_timeout_s):
@@ -1209,7 +1056,7 @@ async def send_text_turns(client: RealtimeClient, texts: Sequence[str], idle_tim
 
 
 async def drive_input(
-    client: RealtimeClient,
+    client: Conversation,
     source: FileSource | MicSource | None,
     texts: Sequence[str],
     no_vad: bool,
@@ -1238,7 +1085,7 @@ async def drive_input(
         await asyncio.gather(*background, return_exceptions=True)
 
 
-async def wait_finished(client: RealtimeClient, input_task: asyncio.Task[None], idle_timeout_s: float) -> bool:
+async def wait_finished(client: Conversation, input_task: asyncio.Task[None], idle_timeout_s: float) -> bool:
     """Once the input is over, wait for the last reply. True when done, False on idle timeout."""
     await asyncio.shield(input_task)
     return await wait_for_reply(client, idle_timeout_s, settle_s=SETTLE_S)
@@ -1267,12 +1114,12 @@ def prepare(args: argparse.Namespace, console: Console) -> Session:
     if args.input_audio is not None:
         try:
             file_rate = sf.info(args.input_audio).samplerate
-            samples = load_audio(args.input_audio)
-        except (OSError, RuntimeError) as exc:  # soundfile raises LibsndfileError (a RuntimeError)
+            samples = load_wire_audio(args.input_audio)
+        except (OSError, RuntimeError, ValueError) as exc:  # soundfile raises LibsndfileError (a RuntimeError)
             raise UsageError(f"cannot read --input_audio {args.input_audio}: {exc}") from exc
         source = FileSource(samples, 0.0 if args.no_vad else TRAILING_SILENCE_S)
-        resampled = f", sent resampled to {SAMPLE_RATE} Hz" if file_rate != SAMPLE_RATE else ""
-        console.line(f"[input] {args.input_audio}: {len(samples) / SAMPLE_RATE:.2f} s at {file_rate} Hz{resampled}")
+        resampled = f", sent resampled to {WIRE_RATE} Hz" if file_rate != WIRE_RATE else ""
+        console.line(f"[input] {args.input_audio}: {len(samples) / WIRE_RATE:.2f} s at {file_rate} Hz{resampled}")
     elif live:
         source = MicSource(parse_device(args.input_device))
     sink: AudioSink
@@ -1351,32 +1198,31 @@ async def run(args: argparse.Namespace) -> int:
 
 async def connect_and_converse(args: argparse.Namespace, session: Session, console: Console, log: TranscriptLog) -> int:
     """Open the websocket (with the API key header) and run the conversation on it."""
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
     try:
-        ws = await connect(args.url, additional_headers=headers, max_size=MAX_MESSAGE_BYTES, open_timeout=10)
-    except (OSError, TimeoutError, WebSocketException) as exc:
-        print(f"talk.py: cannot connect to {args.url}: {exc}", file=sys.stderr)
+        connection = await RealtimeClient.connect(args.url, api_key=args.api_key)
+    except ConnectError as exc:
+        print(f"talk.py: {exc}", file=sys.stderr)
         return 1
     stop = asyncio.Event()
     uninstall = install_stop_handler(stop)
     try:
-        async with ws:
-            return await converse(args, ws, session, console, log, stop)
+        return await converse(args, connection, session, console, log, stop)
     finally:
+        await connection.close()
         uninstall()
 
 
 async def converse(
     args: argparse.Namespace,
-    ws: ClientConnection,
+    connection: RealtimeClient,
     session: Session,
     console: Console,
     log: TranscriptLog,
     stop: asyncio.Event,
 ) -> int:
     """Run one conversation on an open connection; return the exit status."""
-    client = RealtimeClient(
-        ws,
+    client = Conversation(
+        connection,
         session.sink,
         console,
         log,
@@ -1431,7 +1277,7 @@ async def converse(
         console.line(f"[error] input failed: {results[0]!r}")
         status = 1
     await client.close_tools()
-    await ws.close()
+    await connection.close()
     await asyncio.gather(receiver, return_exceptions=True)
     if client.latencies_ms:
         lat = np.asarray(client.latencies_ms)

@@ -38,7 +38,8 @@ class STTConfig:
         stt_compute_type: numeric precision for the engine ("default" picks per device).
         stt_beam_size: beam width (1 = greedy, fastest).
         stt_cpu_threads: CPU threads of the engine (0 = the engine's default). One thread
-            leaves a core to the LLM and TTS on a 2-core machine; see the README for numbers.
+            leaves a core to the LLM and TTS on a 2-core machine and was as fast as two there
+            (numbers in :mod:`handlers.stt.faster_whisper_stt`).
     """
 
     stt_model: str = ""

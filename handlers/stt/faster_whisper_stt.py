@@ -7,6 +7,31 @@ accepts shorter inputs; encoding the audio plus 1 s of padding gives the same
 words on LibriVox speech in a third of the time, and the cost grows with the
 audio, so partial transcripts are cheap. A pass that looks unreliable
 (looping, repetitive or improbable text) is redone the standard way.
+
+Measured on the 2-core target (``scripts/benchmark_stt.py turns``, LibriVox
+0870/0920/0890, 5-7 s, real-time pace, medians): the final pass takes 392 ms
+with the 30 s window and 102 ms with the short context, same WER (0.03);
+partial passes every ~520 ms of speech take ~70 ms and never delayed a final.
+
+Threads (``stt_cpu_threads``, default 1). ``scripts/benchmark_stt.py threads``,
+one pass, ms, median of 8 interleaved runs, two rounds (another developer's
+process was running on the machine throughout):
+
+=================  =============  ==========  ==========  ====================
+other stages       pass           1 thread    2 threads   LLM tokens/s (1 / 2)
+=================  =============  ==========  ==========  ====================
+idle               3 s final      58-61       68-71       -
+idle               7.1 s final    120-128     152-159     -
+idle               2 s partial    46-48       57-61       -
+llama.cpp busy     3 s final      99-103      128-130     28-31 / 30-32
+llama.cpp busy     7.1 s final    179-196     189-202     28-31 / 30-32
+llama.cpp + Piper  3 s final      123-167     131-172     24-25 / 20-25
+llama.cpp + Piper  7.1 s final    263-305     270-340     24-25 / 20-25
+=================  =============  ==========  ==========  ====================
+
+One thread is as fast or faster in every case (the short-context matrices are
+small; a second thread mostly waits for a busy core) and leaves a core to the
+LLM and TTS.
 """
 
 from __future__ import annotations

@@ -1,0 +1,257 @@
+"""STT costs on this machine: CTranslate2 threads, short-context encoding, partial transcripts.
+
+``threads``: one faster-whisper pass over LibriVox audio (the final pass of a 3 s and a
+7 s turn, and a 2 s partial) with ``stt_cpu_threads`` 1 and 2, interleaved, while the
+other stages are idle, while llama.cpp generates, and while llama.cpp generates and
+Piper synthesises; with the LLM's tokens/s and Piper's time per sentence meanwhile,
+so the cost to the other stages shows too.
+
+``turns``: LibriVox turns through VAD, STT and TTS at real-time pace (an instant echo
+LLM, so the STT is what differs): partial cadence and pass times, the final pass's
+time and its wait behind a partial, and the endpoint → first audio time, for the
+full 30 s window against short-context encoding, and with partials and speculation.
+
+Usage::
+
+    python scripts/benchmark_stt.py threads [--rounds 8]
+    python scripts/benchmark_stt.py turns [--clips 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from speech_to_speech.audio_io import load_audio
+from speech_to_speech.cancel import Gate
+from speech_to_speech.events import (
+    Event,
+    EventBus,
+    FirstAudio,
+    ResponseStarted,
+    SpeechStopped,
+    TurnSpeculated,
+    UserTranscript,
+    UserTranscriptDelta,
+)
+from speech_to_speech.llm import LLMConfig
+from speech_to_speech.local_llm import LocalLLMHandler
+from speech_to_speech.stt import STTConfig
+from tests.speech_utils import librivox_clips, word_error_rate
+
+SENTENCES = ["Paris is the capital of France, and it is known for its museums.", "The weather today is mild."]
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):5.0f}" if values else "    -"
+
+
+def _p90(values: list[float]) -> str:
+    return f"{sorted(values)[int(0.9 * (len(values) - 1))]:5.0f}" if values else "    -"
+
+
+# -- threads ---------------------------------------------------------------------------------------
+class Background:
+    """Keeps the LLM generating and/or the TTS synthesising in threads, and counts their progress.
+
+    Attributes:
+        tokens: LLM text deltas so far.
+        sentences: (end time, ms) of each synthesised sentence.
+    """
+
+    def __init__(self, llm: Any, tts: Any, run_llm: bool, run_tts: bool) -> None:
+        self.llm, self.tts = llm, tts
+        self.stop = threading.Event()
+        self.tokens = 0
+        self.sentences: list[tuple[float, float]] = []
+        self.threads = []
+        if run_llm:
+            self.threads.append(threading.Thread(target=self._generate, daemon=True))
+        if run_tts:
+            self.threads.append(threading.Thread(target=self._synthesise, daemon=True))
+
+    def _generate(self) -> None:
+        from speech_to_speech.llm_api import LLMRequest, TextDelta
+
+        user = {"type": "message", "role": "user", "content": "Tell me a long story about a lighthouse keeper."}
+        request = LLMRequest(system_prompt="You are a storyteller.", items=[user], max_output_tokens=96)
+        while not self.stop.is_set():
+            for event in self.llm.events(request, self.stop.is_set):
+                self.tokens += isinstance(event, TextDelta)
+
+    def _synthesise(self) -> None:
+        while not self.stop.is_set():
+            for sentence in SENTENCES:
+                start = time.perf_counter()
+                for _ in self.tts.synthesize(sentence):
+                    pass
+                self.sentences.append((time.perf_counter(), (time.perf_counter() - start) * 1000))
+
+    def __enter__(self) -> Background:
+        for thread in self.threads:
+            thread.start()
+        time.sleep(1.0 if self.threads else 0)  # let them get going
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def bench_threads(rounds: int) -> None:
+    from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
+    from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+    from handlers.tts.piper_tts import PiperTTSHandler
+    from speech_to_speech.llm_api import LlamaCppConfig
+    from speech_to_speech.tts import TTSConfig
+
+    common: dict[str, Any] = {"stop_event": threading.Event(), "input_queue": None, "output_queue": None}
+    common.update(gate=Gate(), bus=EventBus())
+    stts = {}
+    for threads in (1, 2):
+        stt = FasterWhisperSTTHandler(**common, config=STTConfig(stt_cpu_threads=threads), name=f"stt{threads}")
+        stt.load()
+        stts[threads] = stt
+    llm = LlamaCppLLMHandler(**common, config=LlamaCppConfig(), name="llm")
+    llm.load()
+    tts = PiperTTSHandler(**common, config=TTSConfig(), name="tts")
+    tts.load()
+    clips = {p.stem[-4:]: load_audio(p) for p in librivox_clips()}
+    cases = {"final 3.0 s": clips.get("0880"), "final 7.1 s": clips.get("0870")}
+    if cases["final 7.1 s"] is not None:
+        cases["partial 2 s"] = cases["final 7.1 s"][: 2 * 16_000]
+    cases = {k: v for k, v in cases.items() if v is not None}
+    print(f"STT pass time, ms (median / p90 of {rounds}, 1 and 2 threads interleaved); meanwhile the LLM's")
+    print("tokens/s and Piper's ms per sentence (sentences that ended during a pass of that setting)")
+    print(f"{'other stages':<12} {'pass':<12} {'1 thread':>13} {'2 threads':>13}   LLM tok/s   TTS ms/sentence")
+    for label, run_llm, run_tts in (("idle", False, False), ("LLM", True, False), ("LLM + TTS", True, True)):
+        times: dict[tuple[str, int], list[float]] = {}
+        tokens: dict[int, list[float]] = {1: [], 2: []}
+        spans: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+        with Background(llm, tts, run_llm, run_tts) as background:
+            for round_ in range(rounds):
+                for case, samples in cases.items():
+                    for threads in (1, 2) if round_ % 2 == 0 else (2, 1):
+                        before, start = background.tokens, time.perf_counter()
+                        stts[threads].transcribe(samples, 16_000)
+                        end = time.perf_counter()
+                        times.setdefault((case, threads), []).append((end - start) * 1000)
+                        tokens[threads].append((background.tokens - before) / (end - start))
+                        spans[threads].append((start, end))
+        tts_ms = {n: [ms for t, ms in background.sentences if any(a <= t <= b for a, b in spans[n])] for n in (1, 2)}
+        for case in cases:
+            one, two = times[(case, 1)], times[(case, 2)]
+            print(
+                f"{label:<12} {case:<12} {_median(one)} /{_p90(one)}  {_median(two)} /{_p90(two)}"
+                f"   {statistics.mean(tokens[1]):4.0f} /{statistics.mean(tokens[2]):4.0f}"
+                f"   {_median(tts_ms[1])} /{_median(tts_ms[2])}"
+            )
+
+
+# -- turns -----------------------------------------------------------------------------------------
+class InstantLLM(LocalLLMHandler):
+    """Answers at once with one sentence (the STT and VAD are what is measured)."""
+
+    def load(self) -> None:
+        pass
+
+    def stream(
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+    ) -> Iterator[str]:
+        yield "Sure, here is my answer."
+
+
+def run_turn(path: Path, flags: list[str], full_window: bool) -> dict[str, Any]:
+    from speech_to_speech.cli import parse_args
+    from speech_to_speech.pipeline import build_pipeline
+    from speech_to_speech.registry import Backend, register
+
+    register(Backend("bench-instant", "llm", LLMConfig, "scripts.benchmark_stt:InstantLLM", summary="bench"))
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["--input_audio", str(path), "--output_audio", f"{tmp}/out.wav", "--llm_backend", "bench-instant"]
+        args = parse_args([*argv, *flags])
+        bus = EventBus()
+        events: list[Event] = []
+        bus.subscribe(events.append)
+        pipeline = build_pipeline(args, bus)
+        stt = next(s for s in pipeline.stages if s.name.startswith("stt"))
+        pipeline.start()
+        if full_window:
+            stt._tokenizer = None  # type: ignore[attr-defined]  # faster-whisper's own 30 s window
+        pipeline.wait()
+        pipeline.stop()
+
+    def first(kind: type[Event]) -> Any:
+        return next((e for e in events if isinstance(e, kind) and e.turn_id == 1), None)
+
+    final, stopped, audio = first(UserTranscript), first(SpeechStopped), first(FirstAudio)
+    sent = first(TurnSpeculated) or stopped  # when the segment that was answered went to the STT
+    started = [e for e in events if isinstance(e, ResponseStarted) and e.turn_id == 1]
+    partials = [e for e in events if isinstance(e, UserTranscriptDelta) and e.turn_id == 1]
+    wait = (started[-1].time - sent.time) * 1000 - final.stt_ms if started and sent and final else None
+    return {
+        "text": final.text if final else "",
+        "final_ms": final.stt_ms if final else None,
+        "wait_ms": wait,
+        "partials": [p.stt_ms for p in partials],
+        "gaps": [(b.time - a.time) * 1000 for a, b in itertools.pairwise(partials)],
+        "skipped": stt.partials_skipped,  # type: ignore[attr-defined]
+        "endpoint_to_audio_ms": (audio.time - stopped.time) * 1000 if audio and stopped else None,
+    }
+
+
+def bench_turns(clips: int) -> None:
+    chosen = sorted(librivox_clips().items(), key=lambda kv: -len(load_audio(kv[0])))[:clips]
+    configs = [
+        ("full 30 s window, no partials", ["--partial_interval_ms", "0", "--speculative_silence_ms", "0"], True),
+        ("short context, no partials", ["--partial_interval_ms", "0", "--speculative_silence_ms", "0"], False),
+        ("short context + partials", ["--speculative_silence_ms", "0"], False),
+        ("short context + partials + speculative", [], False),
+    ]
+    print("per configuration, over", ", ".join(p.stem[-4:] for p, _ in chosen), "(ms; median)")
+    print(
+        f"{'configuration':<40} {'final':>6} {'wait':>5} {'WER':>5} {'partials':>8} {'pass':>5} {'gap':>5}"
+        f" {'skipped':>7} {'endpoint->audio':>15}"
+    )
+    for label, flags, full in configs:
+        results = [run_turn(path, flags, full) for path, _ in chosen]
+        wers = [word_error_rate(ref, r["text"]) for (_, ref), r in zip(chosen, results, strict=True)]
+        finals = [r["final_ms"] for r in results if r["final_ms"] is not None]
+        waits = [r["wait_ms"] for r in results if r["wait_ms"] is not None]
+        passes = [ms for r in results for ms in r["partials"]]
+        gaps = [ms for r in results for ms in r["gaps"]]
+        audio = [r["endpoint_to_audio_ms"] for r in results if r["endpoint_to_audio_ms"] is not None]
+        print(
+            f"{label:<40} {_median(finals):>6} {_median(waits):>5} {statistics.mean(wers):5.2f}"
+            f" {len(passes):>8} {_median(passes):>5} {_median(gaps):>5} {sum(r['skipped'] for r in results):>7}"
+            f" {_median(audio):>15}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    threads = sub.add_parser("threads", help="stt_cpu_threads 1 vs 2, with the other stages idle or busy")
+    threads.add_argument("--rounds", type=int, default=8)
+    turns = sub.add_parser("turns", help="LibriVox turns: partials, final pass, endpoint to first audio")
+    turns.add_argument("--clips", type=int, default=3)
+    args = parser.parse_args()
+    if args.what == "threads":
+        bench_threads(args.rounds)
+    else:
+        bench_turns(args.clips)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,26 +1,54 @@
-"""Helpers for testing the realtime server in process: a server thread, a raw client, audio on the wire."""
+"""Helpers for testing the realtime server in process: a server thread, a raw client, audio blocks.
+
+The client side (connection, :class:`EventLog`, wire audio) is :mod:`speech_to_speech.realtime.client`,
+the same that scripts/talk.py and the server benchmark use; the names tests use from it are
+re-exported here (``load_clip`` is its ``load_wire_audio``: int16 at :data:`WIRE_RATE`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import threading
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import Any
+import time
+from collections.abc import Iterator
 
 import numpy as np
-import soundfile as sf
-import soxr
-from websockets.asyncio.client import ClientConnection, connect
 
 from speech_to_speech.cli import parse_args
+from speech_to_speech.realtime.client import (
+    WIRE_RATE,
+    EventLog,
+    EventTimeout,
+    RealtimeClient,
+    append_event,
+    decode_pcm16,
+    encode_pcm16,
+    event_type,
+    silence,
+)
+from speech_to_speech.realtime.client import load_wire_audio as load_clip
 from speech_to_speech.realtime.server import PATH, RealtimeServer
+from speech_to_speech.realtime.session import RealtimeSession
 
-#: the protocol's audio rate, Hz (pcm16 mono)
-WIRE_RATE = 24_000
+__all__ = [
+    "IDLE_TIMEOUT_S",
+    "WIRE_RATE",
+    "EventLog",
+    "EventTimeout",
+    "InProcessServer",
+    "RawClient",
+    "append_event",
+    "blocks",
+    "decode_pcm16",
+    "event_type",
+    "load_clip",
+    "session_threads",
+    "silence",
+]
+
+#: how long the sessions of a stopped or abandoned client may take to go away, s (a slow, shared machine)
+IDLE_TIMEOUT_S = 300.0
 
 
 class InProcessServer:
@@ -53,6 +81,19 @@ class InProcessServer:
     def ws_url(self) -> str:
         """The realtime endpoint, ``ws://127.0.0.1:PORT/v1/realtime``."""
         return f"ws://127.0.0.1:{self.port}{PATH}"
+
+    def session(self, session_id: str) -> RealtimeSession:
+        """The live session with id ``session_id``."""
+        found = [s for s in list(self.server.sessions) if s.id == session_id]
+        assert found, f"no live session {session_id}"
+        return found[0]
+
+    def wait_until_idle(self, timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        """Wait until no session is registered and no session thread is alive (earlier clients are gone)."""
+        deadline = time.monotonic() + timeout_s
+        while self.server.sessions or session_threads():
+            assert time.monotonic() < deadline, f"sessions did not go away: {session_threads()}"
+            time.sleep(0.05)
 
     def start(self, timeout_s: float = 120.0) -> InProcessServer:
         """Warm up (when asked), start serving and wait until the socket is bound."""
@@ -96,162 +137,30 @@ class InProcessServer:
         await serving
 
 
-def event_type(event: Any) -> str:
-    """The ``type`` of a server event, given as a dict or as an SDK model."""
-    return str(event["type"] if isinstance(event, dict) else event.type)
+def session_threads() -> list[str]:
+    """Names of alive threads that belong to a realtime session (stages and their workers)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("sess_")]
 
 
-class EventLog:
-    """Reads server events in a background task, keeps them in arrival order, and waits on them.
+class RawClient(RealtimeClient):
+    """A client of the realtime endpoint that logs every server event, as a dict, in :attr:`log`.
 
-    Args:
-        recv: coroutine function returning the next server event (dict or SDK model);
-            it raises once the connection is closed.
+    Use :meth:`open` to connect; :meth:`close` ends the connection. :meth:`send` takes an event
+    dict or a raw text or binary frame.
     """
 
-    def __init__(self, recv: Callable[[], Awaitable[Any]]) -> None:
-        self.events: list[Any] = []
-        self.closed: BaseException | None = None
-        self._recv = recv
-        self._changed = asyncio.Condition()
-        self._task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                event = await self._recv()
-                async with self._changed:
-                    self.events.append(event)
-                    self._changed.notify_all()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the connection ended
-            async with self._changed:
-                self.closed = exc
-                self._changed.notify_all()
-
-    def of(self, kind: str, since: int = 0) -> list[Any]:
-        """Events of type ``kind`` received at index ``since`` or later."""
-        return [e for e in self.events[since:] if event_type(e) == kind]
-
-    def index(self, event: Any) -> int:
-        """Arrival position of ``event`` (by identity)."""
-        return next(i for i, e in enumerate(self.events) if e is event)
-
-    async def wait_for(
-        self, predicate: Callable[[Any], bool] | str, timeout_s: float, since: int = 0, what: str = ""
-    ) -> Any:
-        """The first event at index ``since`` or later that matches ``predicate`` (or has that type).
-
-        Raises:
-            AssertionError: on timeout, or if the connection closed first; lists the types seen.
-        """
-        match = (lambda e: event_type(e) == predicate) if isinstance(predicate, str) else predicate
-        what = what or (predicate if isinstance(predicate, str) else "a matching event")
-
-        def found() -> Any:
-            return next((e for e in self.events[since:] if match(e)), None)
-
-        async def wait() -> Any:
-            async with self._changed:
-                await self._changed.wait_for(lambda: found() is not None or self.closed is not None)
-                return found()
-
-        try:
-            event = await asyncio.wait_for(wait(), timeout_s)
-        except asyncio.TimeoutError:
-            event = None
-        if event is None:
-            seen = [event_type(e) for e in self.events[since:]]
-            reason = f"connection closed ({self.closed!r})" if self.closed is not None else f"{timeout_s:g} s passed"
-            raise AssertionError(f"no {what}: {reason}; received since {since}: {seen}")
-        return event
-
-    async def wait_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-        """Wait until ``condition()`` holds; it is checked again whenever an event arrives.
-
-        Raises:
-            AssertionError: on timeout, or if the connection closed first.
-        """
-
-        async def wait() -> None:
-            async with self._changed:
-                await self._changed.wait_for(lambda: condition() or self.closed is not None)
-
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(wait(), timeout_s)
-        if not condition():
-            reason = f"connection closed ({self.closed!r})" if self.closed is not None else f"{timeout_s:g} s passed"
-            raise AssertionError(f"never {what}: {reason}")
-
-    async def stop(self) -> None:
-        """Stop reading."""
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-
-class RawClient:
-    """A plain ``websockets`` client of the realtime endpoint that logs every server event as a dict.
-
-    Use :meth:`open` to connect; :meth:`close` ends the connection.
-    """
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.log = EventLog(self._recv)
+    log: EventLog
 
     @classmethod
     async def open(cls, url: str, headers: dict[str, str] | None = None) -> RawClient:
-        """Connect to ``url`` (with extra HTTP ``headers``)."""
-        ws = await connect(url, additional_headers=headers, max_size=16 * 1024 * 1024, open_timeout=120)
-        return cls(ws)
-
-    async def _recv(self) -> dict[str, Any]:
-        return json.loads(await self.ws.recv())
-
-    async def send(self, event: dict[str, Any] | str | bytes) -> None:
-        """Send an event dict as JSON, or a raw text or binary frame as is."""
-        await self.ws.send(json.dumps(event) if isinstance(event, dict) else event)
-
-    async def close(self) -> None:
-        """Close the connection (handshake) and stop reading."""
-        with contextlib.suppress(Exception):
-            await self.ws.close()
-        await self.log.stop()
-
-    def abort(self) -> None:
-        """Drop the TCP connection at once, without a closing handshake."""
-        self.ws.transport.abort()
-
-
-# -- audio on the wire ------------------------------------------------------------------------
-def load_clip(path: Path) -> np.ndarray:
-    """A sound file as int16 mono samples at :data:`WIRE_RATE` (resampled with soxr)."""
-    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    mono = data.mean(axis=1)
-    if rate != WIRE_RATE:
-        mono = soxr.resample(mono, rate, WIRE_RATE)
-    return np.round(np.clip(mono, -1.0, 1.0) * 32767.0).astype(np.int16)
-
-
-def silence(seconds: float) -> np.ndarray:
-    """``seconds`` of int16 silence at :data:`WIRE_RATE`."""
-    return np.zeros(round(seconds * WIRE_RATE), dtype=np.int16)
+        """Connect to ``url`` (with extra HTTP ``headers``) and start logging."""
+        client: RawClient = await cls.connect(url, headers=headers, open_timeout_s=120)
+        client.start_log()
+        return client
 
 
 def blocks(samples: np.ndarray, block_s: float = 0.1) -> Iterator[str]:
-    """Base64 pcm16 (little-endian) payloads of successive ``block_s`` blocks of ``samples``."""
+    """Base64 pcm16 (little-endian) payloads of successive ``block_s`` blocks of int16 ``samples``."""
     size = round(block_s * WIRE_RATE)
     for start in range(0, len(samples), size):
-        yield base64.b64encode(samples[start : start + size].astype("<i2").tobytes()).decode("ascii")
-
-
-def decode_pcm16(payload: str) -> np.ndarray:
-    """Base64 pcm16 → float32 samples in [-1, 1]."""
-    return np.frombuffer(base64.b64decode(payload), dtype="<i2").astype(np.float32) / 32768.0
-
-
-def append_event(audio: str) -> dict[str, Any]:
-    """An ``input_audio_buffer.append`` event."""
-    return {"type": "input_audio_buffer.append", "audio": audio}
+        yield encode_pcm16(samples[start : start + size])

@@ -16,14 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from speech_to_speech.audio_io import StreamClock, load_audio
 from speech_to_speech.cancel import Stamp
 from speech_to_speech.cli import parse_args
 from speech_to_speech.events import (
     AssistantText,
-    Event,
     EventBus,
     FirstAudio,
     ResponseDone,
@@ -39,7 +37,8 @@ from speech_to_speech.pipeline import build_pipeline
 from speech_to_speech.prompts import INTERRUPTION_MARKER
 from speech_to_speech.text import remove_unspeakable
 from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE
-from tests.speech_utils import librivox_clips, normalize, word_error_rate
+from tests.helpers import BusLog, two_short_clips
+from tests.speech_utils import normalize, word_error_rate
 
 pytestmark = pytest.mark.models
 
@@ -53,47 +52,6 @@ PLAYING_BEFORE_BARGE_IN_S = 0.6
 TAIL_SILENCE_S = 3.0
 #: the most time turn 1's audio may still reach the sink after the user started speaking, s
 CUT_WITHIN_S = 0.1
-
-
-def pick_clips() -> tuple[tuple[Path, str], tuple[Path, str]]:
-    """Two short LibriVox clips (path, reference): A starts the conversation, B barges in.
-
-    With only the bundled clip available, it is used for both.
-    """
-    by_length = sorted(librivox_clips().items(), key=lambda kv: sf.info(str(kv[0])).duration)
-    first = by_length[0]
-    second = by_length[1] if len(by_length) > 1 else by_length[0]
-    return first, second
-
-
-class EventLog:
-    """Records every event on a bus and wakes waiters when one arrives."""
-
-    def __init__(self, bus: EventBus) -> None:
-        self.events: list[Event] = []
-        self._changed = threading.Condition()
-        bus.subscribe(self._on_event)
-
-    def _on_event(self, event: Event) -> None:
-        with self._changed:
-            self.events.append(event)
-            self._changed.notify_all()
-
-    def of(self, kind: type[Event], turn_id: int | None = None) -> list[Any]:
-        """Events of type ``kind`` (for ``turn_id`` when given), in publication order."""
-        with self._changed:
-            return [e for e in self.events if isinstance(e, kind) and (turn_id is None or e.turn_id == turn_id)]
-
-    def wait_for(self, condition: Callable[[], bool], timeout_s: float, stop: threading.Event) -> bool:
-        """Block until ``condition()`` holds (re-checked on each event), ``stop`` is set or the timeout passes."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while not condition():
-                left = deadline - time.monotonic()
-                if left <= 0 or stop.is_set():
-                    return condition()
-                self._changed.wait(min(left, 0.05))
-            return True
 
 
 class ScriptedSource(BaseHandler):
@@ -114,7 +72,7 @@ class ScriptedSource(BaseHandler):
         clip_a: np.ndarray,
         clip_b: np.ndarray,
         clock: StreamClock,
-        log: EventLog,
+        log: BusLog,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, input_queue=None, **kwargs)
@@ -188,11 +146,11 @@ def assistant_messages(items: list[dict[str, Any]]) -> list[str]:
 
 
 def test_barge_in_cuts_the_reply_to_what_was_heard(tmp_path: Path) -> None:
-    (clip_a, _), (clip_b, reference_b) = pick_clips()
+    (clip_a, _), (clip_b, reference_b) = two_short_clips()
     out = tmp_path / "out.wav"
     args = parse_args(["--input_audio", str(clip_a), "--output_audio", str(out), "--max_new_tokens", "80"])
     bus = EventBus()
-    log = EventLog(bus)
+    log = BusLog(bus)
     pipeline = build_pipeline(args, bus)
 
     original = pipeline.stages[0]

@@ -15,14 +15,12 @@ import json
 import threading
 import time
 import typing
-from collections.abc import Coroutine, Iterator
-from pathlib import Path
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import numpy as np
 import pydantic
 import pytest
-import soundfile as sf
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from openai import AsyncOpenAI
@@ -34,8 +32,8 @@ from websockets.protocol import State
 from speech_to_speech.events import AssistantText, Event
 from speech_to_speech.prompts import INTERRUPTION_MARKER
 from speech_to_speech.realtime.server import CLOSE_TRY_AGAIN_LATER
-from speech_to_speech.realtime.session import RealtimeSession
 from speech_to_speech.text import remove_unspeakable
+from tests.helpers import two_short_clips
 from tests.realtime_harness import (
     WIRE_RATE,
     EventLog,
@@ -46,9 +44,10 @@ from tests.realtime_harness import (
     decode_pcm16,
     event_type,
     load_clip,
+    session_threads,
     silence,
 )
-from tests.speech_utils import librivox_clips, normalize, word_error_rate
+from tests.speech_utils import normalize, word_error_rate
 
 pytestmark = pytest.mark.models
 
@@ -73,16 +72,8 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 LONG_REPLY = "You are a storyteller. Always answer with a long story of at least five sentences."
 
 
-def pick_clips() -> tuple[tuple[Path, str], tuple[Path, str]]:
-    """Two short LibriVox clips (path, reference): A starts a conversation, B barges in.
-
-    With only the bundled clip available, it is used for both.
-    """
-    by_length = sorted(librivox_clips().items(), key=lambda kv: sf.info(str(kv[0])).duration)
-    return by_length[0], by_length[1] if len(by_length) > 1 else by_length[0]
-
-
-CLIP_A, CLIP_B = pick_clips()
+#: two short LibriVox clips (path, reference): A starts a conversation, B barges in
+CLIP_A, CLIP_B = two_short_clips()
 
 
 def run(scenario: Coroutine[Any, Any, Any], timeout_s: float = SCENARIO_S) -> Any:
@@ -91,42 +82,15 @@ def run(scenario: Coroutine[Any, Any, Any], timeout_s: float = SCENARIO_S) -> An
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[InProcessServer]:
+def server(realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
     """The module's server: default settings, replies capped to keep playback short."""
-    srv = InProcessServer("--max_new_tokens", "40").start()
-    yield srv
-    srv.stop()
-    wait_until_idle(srv)  # a stage thread still in native code when the interpreter exits can abort it
+    return realtime_servers("--max_new_tokens", "40")
 
 
 @pytest.fixture(scope="module")
-def guarded_server(server: InProcessServer) -> Iterator[InProcessServer]:
+def guarded_server(server: InProcessServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
     """A second server with one session at most and an API key (the models are already loaded)."""
-    srv = InProcessServer("--max_sessions", "1", "--api_key", API_KEY, "--max_new_tokens", "20", warm_up=False)
-    srv.start()
-    yield srv
-    srv.stop()
-    wait_until_idle(srv)
-
-
-def find_session(srv: InProcessServer, session_id: str) -> RealtimeSession:
-    """The server's live session with id ``session_id``."""
-    found = [s for s in list(srv.server.sessions) if s.id == session_id]
-    assert found, f"no live session {session_id}"
-    return found[0]
-
-
-def wait_until_idle(srv: InProcessServer, timeout_s: float = WAIT_S) -> None:
-    """Wait until the server has no session and no session thread is alive (earlier clients are gone)."""
-    deadline = time.monotonic() + timeout_s
-    while srv.server.sessions or session_threads():
-        assert time.monotonic() < deadline, f"sessions did not go away: {session_threads()}"
-        time.sleep(0.05)
-
-
-def session_threads() -> list[str]:
-    """Names of alive threads that belong to a realtime session (stages and their workers)."""
-    return [t.name for t in threading.enumerate() if t.name.startswith("sess_")]
+    return realtime_servers("--max_sessions", "1", "--api_key", API_KEY, "--max_new_tokens", "20", warm_up=False)
 
 
 async def text_turn(client: RawClient, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -224,7 +188,7 @@ def test_openai_sdk_drives_a_spoken_turn(server: InProcessServer) -> None:
 
     deltas = [e for e in events if e.type == "response.output_audio.delta"]
     assert deltas and {e.response_id for e in deltas} == {done.response.id}
-    audio = np.concatenate([decode_pcm16(e.delta) for e in deltas])
+    audio = np.concatenate([decode_pcm16(e.delta) for e in deltas]) / 32768.0
     assert len(audio) > 0.3 * WIRE_RATE, "less than 0.3 s of reply audio"
     assert np.sqrt(np.mean(audio**2)) > 0.005 and np.abs(audio).max() > 0.05, "the reply audio is silent"
     transcript_done = [e for e in events if e.type == "response.output_audio_transcript.done"]
@@ -242,7 +206,7 @@ def test_barge_in_cancels_the_reply_and_keeps_what_was_heard(server: InProcessSe
         log = client.log
         try:
             created = await log.wait_for("session.created", WAIT_S)
-            session = find_session(server, created["session"]["id"])
+            session = server.session(created["session"]["id"])
             replies: list[AssistantText] = []  # the LLM's full replies, as generated
 
             def on_event(event: Event) -> None:
@@ -362,7 +326,7 @@ def test_text_only_manual_turns(server: InProcessServer) -> None:
         log = client.log
         try:
             created = await log.wait_for("session.created", WAIT_S)
-            session = find_session(server, created["session"]["id"])
+            session = server.session(created["session"]["id"])
             update = {"output_modalities": ["text"], "audio": {"input": {"turn_detection": None}}}
             await client.send({"type": "session.update", "session": update})
             updated = await log.wait_for("session.updated", WAIT_S)
@@ -591,14 +555,14 @@ async def _send_and_await_one(client: RawClient, frame: str | bytes) -> dict[str
 
 # -- 5. a client that drops mid-response -----------------------------------------------------------
 def test_disconnect_mid_response_releases_the_session(server: InProcessServer) -> None:
-    wait_until_idle(server)
+    server.wait_until_idle(WAIT_S)
     threads_before = threading.active_count()
 
     async def scenario() -> None:
         client = await RawClient.open(server.ws_url)
         try:
             created = await client.log.wait_for("session.created", WAIT_S)
-            assert find_session(server, created["session"]["id"])
+            assert server.session(created["session"]["id"])
             item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a story."}]}
             await client.send({"type": "conversation.item.create", "item": item})
             await client.send({"type": "response.create"})
@@ -618,7 +582,7 @@ def test_disconnect_mid_response_releases_the_session(server: InProcessServer) -
 
 # -- 6. --max_sessions ----------------------------------------------------------------------------------
 def test_max_sessions_refuses_the_next_client(guarded_server: InProcessServer) -> None:
-    wait_until_idle(guarded_server)
+    guarded_server.wait_until_idle(WAIT_S)
 
     async def scenario() -> tuple[dict[str, Any], int | None, list[str], dict[str, Any]]:
         first = await RawClient.open(guarded_server.ws_url, AUTH)
@@ -654,7 +618,7 @@ def test_max_sessions_refuses_the_next_client(guarded_server: InProcessServer) -
 
 # -- 7. --api_key ----------------------------------------------------------------------------------------
 def test_api_key_is_required(guarded_server: InProcessServer) -> None:
-    wait_until_idle(guarded_server)
+    guarded_server.wait_until_idle(WAIT_S)
 
     async def refused(headers: dict[str, str] | None) -> int:
         with pytest.raises(InvalidStatus) as info:

@@ -13,13 +13,13 @@ from tests.realtime_harness import InProcessServer
 
 #: websockets' open timeout, s: how long a half-open connection held a stop before
 WEBSOCKETS_OPEN_TIMEOUT_S = 10.0
+#: a server that loads nothing before a session starts (its LLM is a provider that is never asked)
+NO_SESSION_FLAGS = ("--llm_backend", "chat-completions", "--responses_api_base_url", "http://127.0.0.1:9/v1")
 
 
 def test_a_half_open_connection_does_not_hold_the_stop(caplog: pytest.LogCaptureFixture) -> None:
     # no session ever starts (the handshake never comes), so no model is needed
-    server = InProcessServer(
-        "--llm_backend", "chat-completions", "--responses_api_base_url", "http://127.0.0.1:9/v1", warm_up=False
-    ).start()
+    server = InProcessServer(*NO_SESSION_FLAGS, warm_up=False).start()
     silent = socket.create_connection(("127.0.0.1", server.port), timeout=5)  # TCP only: no HTTP request
     try:
         ws_server = server.server._server
@@ -42,9 +42,7 @@ def test_a_half_open_connection_does_not_hold_the_stop(caplog: pytest.LogCapture
 
 
 def test_an_idle_server_stops_without_warnings(caplog: pytest.LogCaptureFixture) -> None:
-    server = InProcessServer(
-        "--llm_backend", "chat-completions", "--responses_api_base_url", "http://127.0.0.1:9/v1", warm_up=False
-    ).start()
+    server = InProcessServer(*NO_SESSION_FLAGS, warm_up=False).start()
     with caplog.at_level(logging.WARNING, logger="speech_to_speech.realtime.server"):
         server.stop(timeout_s=30)
     assert not server._thread.is_alive()

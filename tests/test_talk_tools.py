@@ -1,5 +1,7 @@
 """Client-side tools in scripts/talk.py (``--tool-module``) and the example scripts/sample_tools.py.
 
+(The ``talk``, ``console_out`` and ``sample_tools`` fixtures are in conftest.py.)
+
 The end-to-end tests run talk.py's client against a tiny scripted Realtime server (a websockets
 server on 127.0.0.1, port 0): it answers the first ``response.create`` with a function call and
 the follow-up one with a text reply, and records what the client sent.
@@ -8,13 +10,11 @@ the follow-up one with a text reply, and records what the client sent.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import io
 import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,46 +23,13 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-ROOT = Path(__file__).resolve().parents[1]
-TALK_PATH = ROOT / "scripts" / "talk.py"
-SAMPLE_PATH = ROOT / "scripts" / "sample_tools.py"
+from tests.helpers import REPO_ROOT
+
+TALK_PATH = REPO_ROOT / "scripts" / "talk.py"
+SAMPLE_PATH = REPO_ROOT / "scripts" / "sample_tools.py"
 #: seconds any single end-to-end run may take before the test fails
 RUN_TIMEOUT_S = 8.0
 CALL_ID = "call_add_1"
-
-
-def load_module(path: Path, name: str) -> ModuleType:
-    """Import the file at ``path`` as module ``name`` (registered in sys.modules)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def talk() -> ModuleType:
-    """scripts/talk.py, imported from its path."""
-    return load_module(TALK_PATH, "talk_under_test")
-
-
-@pytest.fixture(scope="module")
-def sample() -> ModuleType:
-    """scripts/sample_tools.py, imported from its path."""
-    return load_module(SAMPLE_PATH, "sample_tools_under_test")
-
-
-@pytest.fixture
-def console_out(talk: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    """Everything talk.py prints on its console; also shortens its settle time for fast tests."""
-    buffer = io.StringIO()
-    original = talk.Console
-    monkeypatch.setattr(talk, "Console", lambda: original(buffer))
-    monkeypatch.setattr(talk, "SETTLE_S", 0.1)
-    yield buffer
 
 
 def write_module(directory: Path, name: str, source: str) -> Path:
@@ -208,13 +175,13 @@ def assert_output_then_follow_up(fake: FakeRealtimeServer) -> dict[str, Any]:
 
 
 def test_tool_call_output_then_follow_up(
-    talk: ModuleType, console_out: io.StringIO, tmp_path: Path, sample: ModuleType
+    talk: ModuleType, console_out: io.StringIO, tmp_path: Path, sample_tools: ModuleType
 ) -> None:
     fake = FakeRealtimeServer()
     status = asyncio.run(converse_with(talk, fake, tmp_path, "--tool-module", str(SAMPLE_PATH)))
     assert status == 0, console_out.getvalue()
 
-    assert fake.session["tools"] == sample.TOOLS
+    assert fake.session["tools"] == sample_tools.TOOLS
     assert fake.session["tool_choice"] == "auto"
     item = assert_output_then_follow_up(fake)
     assert json.loads(item["output"]) == {"sum": 5}
@@ -281,7 +248,7 @@ def test_command_line_subprocess(tmp_path: Path) -> None:
                 str(tmp_path / "reply.wav"),
                 "--idle_timeout_s",
                 "3",
-                cwd=ROOT,
+                cwd=REPO_ROOT,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
             )
@@ -304,11 +271,11 @@ def test_command_line_subprocess(tmp_path: Path) -> None:
 # talk.py pieces
 
 
-def test_session_update_carries_tools(talk: ModuleType, sample: ModuleType) -> None:
+def test_session_update_carries_tools(talk: ModuleType, sample_tools: ModuleType) -> None:
     args = talk.parse_args(["--text", "hi"])
     assert "tools" not in talk.build_session_update(args)["session"]
-    session = talk.build_session_update(args, sample.TOOLS)["session"]
-    assert session["tools"] == sample.TOOLS and session["tool_choice"] == "auto"
+    session = talk.build_session_update(args, sample_tools.TOOLS)["session"]
+    assert session["tools"] == sample_tools.TOOLS and session["tool_choice"] == "auto"
 
 
 def test_tool_flags(talk: ModuleType) -> None:
@@ -321,10 +288,10 @@ def test_tool_flags(talk: ModuleType) -> None:
 
 
 def test_load_tool_module_by_path_and_dotted_name(
-    talk: ModuleType, sample: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    talk: ModuleType, sample_tools: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loaded = talk.load_tool_module(str(SAMPLE_PATH))
-    assert loaded.tools == sample.TOOLS
+    assert loaded.tools == sample_tools.TOOLS
     assert [tool["name"] for tool in loaded.tools] == ["get_time", "add"]
 
     package = tmp_path / "talk_tools_pkg_for_test"
@@ -372,8 +339,8 @@ def test_missing_tool_module_exits_2(talk: ModuleType, tmp_path: Path, capsys: p
         talk.load_tool_module("talk_no_such_module_for_test")
 
 
-def test_call_tool_outputs(talk: ModuleType, sample: ModuleType) -> None:
-    tools = talk.ToolModule("sample", sample.TOOLS, sample.execute_tool)
+def test_call_tool_outputs(talk: ModuleType, sample_tools: ModuleType) -> None:
+    tools = talk.ToolModule("sample", sample_tools.TOOLS, sample_tools.execute_tool)
 
     def call(name: str, arguments: str, timeout_s: float = 2.0, module: Any = tools) -> Any:
         return json.loads(asyncio.run(talk.call_tool(module, name, arguments, timeout_s)))
@@ -423,42 +390,42 @@ def test_stuck_sync_tool_times_out_without_blocking_exit(talk: ModuleType) -> No
 # sample_tools.py
 
 
-def test_sample_tools_schema(talk: ModuleType, sample: ModuleType) -> None:
-    assert talk.validate_tools(sample.TOOLS) == sample.TOOLS
-    for tool in sample.TOOLS:
+def test_sample_tools_schema(talk: ModuleType, sample_tools: ModuleType) -> None:
+    assert talk.validate_tools(sample_tools.TOOLS) == sample_tools.TOOLS
+    for tool in sample_tools.TOOLS:
         assert tool["description"] and tool["parameters"]["type"] == "object"
 
 
-def test_sample_add(sample: ModuleType) -> None:
-    assert sample.add(2, 3) == {"sum": 5}
-    assert sample.add(0.25, 0.5) == {"sum": 0.75}
-    assert "error" in sample.add("2", 3)
-    assert "error" in sample.add(True, 3)
-    assert "error" in sample.add(float("nan"), 3)
+def test_sample_add(sample_tools: ModuleType) -> None:
+    assert sample_tools.add(2, 3) == {"sum": 5}
+    assert sample_tools.add(0.25, 0.5) == {"sum": 0.75}
+    assert "error" in sample_tools.add("2", 3)
+    assert "error" in sample_tools.add(True, 3)
+    assert "error" in sample_tools.add(float("nan"), 3)
 
 
-def test_sample_get_time(sample: ModuleType) -> None:
-    utc = sample.get_time()
+def test_sample_get_time(sample_tools: ModuleType) -> None:
+    utc = sample_tools.get_time()
     assert utc["timezone"] == "UTC" and utc["utc_offset"] == "+0000"
     assert {"iso", "time", "date"} <= utc.keys()
-    assert "error" in sample.get_time("Mars/Olympus_Mons")
-    assert "error" in sample.get_time("")
-    assert "error" in sample.get_time("../etc/passwd")
+    assert "error" in sample_tools.get_time("Mars/Olympus_Mons")
+    assert "error" in sample_tools.get_time("")
+    assert "error" in sample_tools.get_time("../etc/passwd")
 
 
-def test_sample_get_time_named_zone(sample: ModuleType) -> None:
+def test_sample_get_time_named_zone(sample_tools: ModuleType) -> None:
     try:
         from zoneinfo import ZoneInfo
 
         ZoneInfo("Asia/Tokyo")
     except Exception:  # no tz database on this machine
         pytest.skip("no IANA timezone database")
-    tokyo = sample.get_time("Asia/Tokyo")
+    tokyo = sample_tools.get_time("Asia/Tokyo")
     assert tokyo["timezone"] == "Asia/Tokyo" and tokyo["utc_offset"] == "+0900"
 
 
-def test_sample_execute_tool(sample: ModuleType) -> None:
-    assert asyncio.run(sample.execute_tool("add", {"a": 2, "b": 3})) == {"sum": 5}
-    assert asyncio.run(sample.execute_tool("get_time", {}))["timezone"] == "UTC"
-    assert "bad arguments" in asyncio.run(sample.execute_tool("add", {"a": 1}))["error"]
-    assert "unknown tool" in asyncio.run(sample.execute_tool("nope", {}))["error"]
+def test_sample_execute_tool(sample_tools: ModuleType) -> None:
+    assert asyncio.run(sample_tools.execute_tool("add", {"a": 2, "b": 3})) == {"sum": 5}
+    assert asyncio.run(sample_tools.execute_tool("get_time", {}))["timezone"] == "UTC"
+    assert "bad arguments" in asyncio.run(sample_tools.execute_tool("add", {"a": 1}))["error"]
+    assert "unknown tool" in asyncio.run(sample_tools.execute_tool("nope", {}))["error"]

@@ -19,14 +19,12 @@ Three levels:
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -53,7 +51,6 @@ from speech_to_speech.registry import get_backend
 from tests.realtime_harness import EventLog, InProcessServer
 from tests.responses_server import Call, Reply, ResponsesServer, Text
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 #: upper bound of any single wait in the unit-level tests, s (they finish in milliseconds)
 WAIT_S = 10.0
 #: how long "nothing arrives" is watched for, s
@@ -516,20 +513,11 @@ def provider() -> Iterator[ResponsesServer]:
 
 
 @pytest.fixture(scope="module")
-def realtime(provider: ResponsesServer) -> Iterator[InProcessServer]:
+def realtime(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
     """The realtime server in process, its LLM being ``responses-api`` on the scripted endpoint."""
-    srv = InProcessServer(
+    return realtime_servers(
         "--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "test-model"
-    ).start()
-    yield srv
-    srv.stop()
-
-
-def live_session(srv: InProcessServer, session_id: str) -> RealtimeSession:
-    """The server's session with id ``session_id``."""
-    found = [s for s in list(srv.server.sessions) if s.id == session_id]
-    assert found, f"no live session {session_id}"
-    return found[0]
+    )
 
 
 def record_claims(session: RealtimeSession) -> list[bool]:
@@ -564,7 +552,7 @@ def test_tool_loop_through_the_realtime_server(realtime: InProcessServer, provid
             log = EventLog(conn.recv)
             try:
                 created = await log.wait_for("session.created", SERVER_WAIT_S)
-                session = live_session(realtime, created.session.id)
+                session = realtime.session(created.session.id)
                 claims = record_claims(session)
                 await conn.session.update(
                     session={
@@ -682,7 +670,7 @@ def test_output_and_response_create_back_to_back(realtime: InProcessServer, prov
             log = EventLog(conn.recv)
             try:
                 created = await log.wait_for("session.created", SERVER_WAIT_S)
-                session = live_session(realtime, created.session.id)
+                session = realtime.session(created.session.id)
                 claims = record_claims(session)
                 tools = [WEATHER_TOOL]
                 update = {"type": "realtime", "tools": tools, "audio": {"input": {"turn_detection": None}}}
@@ -726,15 +714,6 @@ def test_output_and_response_create_back_to_back(realtime: InProcessServer, prov
 
 
 # == 3. the local path with the embedded model ======================================================
-def load_sample_tools() -> ModuleType:
-    """``scripts/sample_tools.py`` (get_time, add), loaded from its path."""
-    spec = importlib.util.spec_from_file_location("sample_tools", REPO_ROOT / "scripts" / "sample_tools.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def assert_pipeline_output(out: list[Any], tool_names: set[str]) -> list[ToolCallRequest]:
     """The guarantees that hold whatever the model chose; returns the tool calls.
 
@@ -755,8 +734,10 @@ def assert_pipeline_output(out: list[Any], tool_names: set[str]) -> list[ToolCal
 
 
 @pytest.mark.models
-def test_embedded_model_tool_call_keeps_the_pipeline_guarantees(record_property: Callable[[str, Any], None]) -> None:
-    sample = load_sample_tools()
+def test_embedded_model_tool_call_keeps_the_pipeline_guarantees(
+    record_property: Callable[[str, Any], None], sample_tools: ModuleType
+) -> None:
+    sample = sample_tools
     tool_names = {tool["name"] for tool in sample.TOOLS}
     handler_cls = get_backend("llm", "llama-cpp").load_handler_class()
     inq, outq = StageQueue(16), StageQueue(64)

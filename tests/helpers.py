@@ -1,0 +1,71 @@
+"""Helpers shared by several test modules (the fixtures are in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import soundfile as sf
+
+from speech_to_speech.events import Event, EventBus
+from tests.speech_utils import librivox_clips
+
+#: the repository root
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """Import the file at ``path`` as module ``name`` (registered in sys.modules, imported once)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def two_short_clips() -> tuple[tuple[Path, str], tuple[Path, str]]:
+    """The two shortest LibriVox clips (path, reference): A starts a conversation, B barges in.
+
+    With only the bundled clip available, it is used for both.
+    """
+    by_length = sorted(librivox_clips().items(), key=lambda kv: sf.info(str(kv[0])).duration)
+    return by_length[0], by_length[1] if len(by_length) > 1 else by_length[0]
+
+
+class BusLog:
+    """Records every event published on an :class:`EventBus` and wakes waiters when one arrives."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.events: list[Event] = []
+        self._changed = threading.Condition()
+        bus.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    def of(self, kind: type[Event], turn_id: int | None = None) -> list[Any]:
+        """Events of type ``kind`` (for ``turn_id`` when given), in publication order."""
+        with self._changed:
+            return [e for e in self.events if isinstance(e, kind) and (turn_id is None or e.turn_id == turn_id)]
+
+    def wait_for(self, condition: Callable[[], bool], timeout_s: float, stop: threading.Event | None = None) -> bool:
+        """Block until ``condition()`` holds (re-checked on each event), ``stop`` is set or the timeout passes."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not condition():
+                left = deadline - time.monotonic()
+                if left <= 0 or (stop is not None and stop.is_set()):
+                    return condition()
+                self._changed.wait(min(left, 0.05))
+            return True

@@ -64,6 +64,7 @@ from bench_common import (
     build_handler,
     cell,
     find_clips,
+    free_port,
     one_line,
     percentile,
     print_table,
@@ -235,12 +236,6 @@ def measure_compute(results: list[ClipResult], clips: list[Path], extra: list[st
 
 
 # -- (d) idle cost ----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:

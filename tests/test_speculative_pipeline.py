@@ -153,13 +153,13 @@ class ScriptedSource(BaseHandler):
 
 
 class Run:
-    """A pipeline with the echo LLM, its events, and what reached the sink."""
+    """A pipeline (with the echo LLM unless told), its events, and what reached the sink."""
 
-    def __init__(self, tmp_path: Path, flags: list[str], input_audio: np.ndarray) -> None:
+    def __init__(self, tmp_path: Path, flags: list[str], audio: np.ndarray, llm: str = "speculative-echo") -> None:
         path = tmp_path / "in.wav"
-        sf.write(str(path), input_audio, SAMPLE_RATE)
+        sf.write(str(path), audio, SAMPLE_RATE)
         argv = ["--input_audio", str(path), "--output_audio", str(tmp_path / "out.wav")]
-        self.args = parse_args([*argv, "--llm_backend", "speculative-echo", *flags])
+        self.args = parse_args([*argv, "--llm_backend", llm, *flags])
         self.bus = EventBus()
         self.log = EventLog(self.bus)
         self.pipeline: Pipeline = build_pipeline(self.args, self.bus)
@@ -172,7 +172,7 @@ class Run:
             write(samples, item, start)
 
         sink.write = recording_write  # type: ignore[method-assign]
-        self.llm = next(s for s in self.pipeline.stages if isinstance(s, EchoLLM))
+        self.llm = next(s for s in self.pipeline.stages if isinstance(s, LocalLLMHandler))
         hold = self.pipeline.sink.input_queue
         assert isinstance(hold, HoldUntilConfirmed)
         self.hold = hold
@@ -241,6 +241,25 @@ def test_a_speculative_reply_the_user_talks_over_is_never_heard_nor_kept(tmp_pat
     assert len(run.llm.heard) == 2, run.llm.heard
     assert word_error_rate(reference_a, run.llm.heard[0]) <= 0.35, run.llm.heard
     check_superseded(run, f"{reference_a} {reference_b}")
+
+
+def test_the_embedded_llm_s_speculative_reply_is_dropped_from_history(tmp_path: Path) -> None:
+    """The same with llama.cpp and the embedded model: its reply to the first words is held, then dropped."""
+    first, reference_a = clip(FIRST)
+    second, reference_b = clip(SECOND)
+    run = Run(tmp_path, ["--min_silence_ms", "3000", "--max_new_tokens", "40"], first, llm="llama-cpp")
+    source = run.replace_source([first, lambda: run.hold.held > 0, second, np.zeros(4 * SAMPLE_RATE, np.float32)])
+    run.go()
+    assert not source.waited_out, "the speculative reply's audio was never held"
+    assert run.hold.dropped > 0
+    assert run.log.of(TurnSpeculated, 1)[0].revision == 0 and run.log.of(TurnSuperseded, 1)
+    final = run.log.of(UserTranscript, 1)
+    replies = run.log.of(AssistantText, 1)
+    assert len(final) == 1 and len(replies) == 1 and replies[0].error is None, [e.kind for e in run.log.events]
+    assert word_error_rate(f"{reference_a} {reference_b}", final[0].text) <= 0.35
+    assert run.history() == [("user", final[0].text), ("assistant", replies[0].text)]
+    superseded = run.log.of(TurnSuperseded, 1)[-1].revision
+    assert {stamp.revision for _, stamp in run.deliveries if stamp.turn_id == 1} == {superseded}
 
 
 def test_two_clips_with_a_300_ms_pause_are_one_turn(tmp_path: Path) -> None:

@@ -19,14 +19,15 @@ Three levels:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from openai import AsyncOpenAI
@@ -50,6 +51,9 @@ from speech_to_speech.realtime.session import RealtimeSession
 from speech_to_speech.registry import get_backend
 from tests.realtime_harness import EventLog, InProcessServer
 from tests.responses_server import Call, Reply, ResponsesServer, Text
+
+if TYPE_CHECKING:
+    from openai.resources.realtime.realtime import AsyncRealtimeConnection
 
 #: upper bound of any single wait in the unit-level tests, s (they finish in milliseconds)
 WAIT_S = 10.0
@@ -534,6 +538,23 @@ def record_claims(session: RealtimeSession) -> list[bool]:
     return results
 
 
+@contextlib.asynccontextmanager
+async def sdk_session(
+    srv: InProcessServer,
+) -> AsyncIterator[tuple[AsyncRealtimeConnection, EventLog, RealtimeSession, list[bool]]]:
+    """An official-SDK connection to ``srv`` once its session exists: the connection, the log of its
+    events, the server's session and the results of its ``respond_or_claim`` (see :func:`record_claims`)."""
+    client = AsyncOpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x")
+    async with client.realtime.connect(model="s2s") as conn:
+        log = EventLog(conn.recv)
+        try:
+            created = await log.wait_for("session.created", SERVER_WAIT_S)
+            session = srv.session(created.session.id)
+            yield conn, log, session, record_claims(session)
+        finally:
+            await log.stop()
+
+
 async def poll_until(condition: Callable[[], bool], what: str, timeout_s: float = SERVER_WAIT_S) -> None:
     """Check ``condition`` every few ms on the loop (for state outside the event stream)."""
     deadline = time.monotonic() + timeout_s
@@ -547,59 +568,51 @@ def test_tool_loop_through_the_realtime_server(realtime: InProcessServer, provid
     provider.script(*weather_script())
 
     async def scenario() -> dict[str, Any]:
-        client = AsyncOpenAI(base_url=f"http://127.0.0.1:{realtime.port}/v1", api_key="x")
-        async with client.realtime.connect(model="s2s") as conn:
-            log = EventLog(conn.recv)
-            try:
-                created = await log.wait_for("session.created", SERVER_WAIT_S)
-                session = realtime.session(created.session.id)
-                claims = record_claims(session)
-                await conn.session.update(
-                    session={
-                        "type": "realtime",
-                        "instructions": "You are a weather assistant.",
-                        "output_modalities": ["audio"],
-                        "tools": [WEATHER_TOOL],  # type: ignore[list-item]
-                        "audio": {"input": {"turn_detection": None}},
-                    }
-                )
-                updated = await log.wait_for("session.updated", SERVER_WAIT_S)
-                assert [t.name for t in updated.session.tools] == ["get_weather"]
-                await conn.conversation.item.create(
-                    item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Paris?"}]}
-                )
-                await conn.response.create()
-
-                first = (await log.wait_for("response.created", SERVER_WAIT_S)).response.id
-                announced = await log.wait_for("response.function_call_arguments.done", SERVER_WAIT_S)
-                await conn.conversation.item.create(
-                    item={"type": "function_call_output", "call_id": announced.call_id, "output": '{"sky": "sunny"}'}
-                )
-                first_done = await log.wait_for(
-                    lambda e: e.type == "response.done" and e.response.id == first, SERVER_WAIT_S, what="done 1"
-                )
-                # the follow-up is requested from the provider by the server itself (the prefetch)
-                await poll_until(lambda: len(provider.requests) >= 2, "prefetched the follow-up")
-                requests_before_create = len(provider.requests)
-                since = len(log.events)
-                await conn.response.create()
-                second = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
-                second_done = await log.wait_for(
-                    lambda e: e.type == "response.done" and e.response.id == second, SERVER_WAIT_S, what="done 2"
-                )
-                return {
-                    "events": list(log.events),
-                    "first": first,
-                    "second": second,
-                    "announced": announced,
-                    "first_done": first_done,
-                    "second_done": second_done,
-                    "claims": list(claims),
-                    "requests_before_create": requests_before_create,
-                    "history": session.llm.chat.items(),
+        async with sdk_session(realtime) as (conn, log, session, claims):
+            await conn.session.update(
+                session={
+                    "type": "realtime",
+                    "instructions": "You are a weather assistant.",
+                    "output_modalities": ["audio"],
+                    "tools": [WEATHER_TOOL],  # type: ignore[list-item]
+                    "audio": {"input": {"turn_detection": None}},
                 }
-            finally:
-                await log.stop()
+            )
+            updated = await log.wait_for("session.updated", SERVER_WAIT_S)
+            assert [t.name for t in updated.session.tools] == ["get_weather"]
+            await conn.conversation.item.create(
+                item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Paris?"}]}
+            )
+            await conn.response.create()
+
+            first = (await log.wait_for("response.created", SERVER_WAIT_S)).response.id
+            announced = await log.wait_for("response.function_call_arguments.done", SERVER_WAIT_S)
+            await conn.conversation.item.create(
+                item={"type": "function_call_output", "call_id": announced.call_id, "output": '{"sky": "sunny"}'}
+            )
+            first_done = await log.wait_for(
+                lambda e: e.type == "response.done" and e.response.id == first, SERVER_WAIT_S, what="done 1"
+            )
+            # the follow-up is requested from the provider by the server itself (the prefetch)
+            await poll_until(lambda: len(provider.requests) >= 2, "prefetched the follow-up")
+            requests_before_create = len(provider.requests)
+            since = len(log.events)
+            await conn.response.create()
+            second = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+            second_done = await log.wait_for(
+                lambda e: e.type == "response.done" and e.response.id == second, SERVER_WAIT_S, what="done 2"
+            )
+            return {
+                "events": list(log.events),
+                "first": first,
+                "second": second,
+                "announced": announced,
+                "first_done": first_done,
+                "second_done": second_done,
+                "claims": list(claims),
+                "requests_before_create": requests_before_create,
+                "history": session.llm.chat.items(),
+            }
 
     r = asyncio.run(asyncio.wait_for(scenario(), 4 * SERVER_WAIT_S))
     events: list[Any] = r["events"]
@@ -665,45 +678,35 @@ def test_output_and_response_create_back_to_back(realtime: InProcessServer, prov
     rounds = 3
 
     async def scenario() -> tuple[list[dict[str, Any]], list[int], list[str], list[bool]]:
-        client = AsyncOpenAI(base_url=f"http://127.0.0.1:{realtime.port}/v1", api_key="x")
-        async with client.realtime.connect(model="s2s") as conn:
-            log = EventLog(conn.recv)
-            try:
-                created = await log.wait_for("session.created", SERVER_WAIT_S)
-                session = realtime.session(created.session.id)
-                claims = record_claims(session)
-                tools = [WEATHER_TOOL]
-                update = {"type": "realtime", "tools": tools, "audio": {"input": {"turn_detection": None}}}
-                await conn.session.update(session=update)  # type: ignore[arg-type]
-                await log.wait_for("session.updated", SERVER_WAIT_S)
-                requests: list[int] = []
-                transcripts: list[str] = []
-                for _ in range(rounds):
-                    provider.script(*weather_script())
-                    since = len(log.events)
-                    text = {"type": "input_text", "text": "Paris?"}
-                    await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [text]})
-                    await conn.response.create()
-                    first = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
-                    call = await log.wait_for("response.function_call_arguments.done", SERVER_WAIT_S, since=since)
-                    await log.wait_for(
-                        lambda e, r=first: e.type == "response.done" and e.response.id == r, SERVER_WAIT_S
-                    )
-                    since = len(log.events)
-                    output = {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny"}'}
-                    await conn.conversation.item.create(item=output)  # type: ignore[arg-type]
-                    await conn.response.create()
-                    second = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
-                    done = await log.wait_for(
-                        lambda e, r=second: e.type == "response.done" and e.response.id == r, SERVER_WAIT_S
-                    )
-                    assert done.response.status == "completed", done.response
-                    transcripts.append(done.response.output[0].content[0].transcript)
-                    requests.append(len(provider.requests))
-                assert not log.of("error"), log.of("error")
-                return session.llm.chat.items(), requests, transcripts, list(claims)
-            finally:
-                await log.stop()
+        async with sdk_session(realtime) as (conn, log, session, claims):
+            tools = [WEATHER_TOOL]
+            update = {"type": "realtime", "tools": tools, "audio": {"input": {"turn_detection": None}}}
+            await conn.session.update(session=update)  # type: ignore[arg-type]
+            await log.wait_for("session.updated", SERVER_WAIT_S)
+            requests: list[int] = []
+            transcripts: list[str] = []
+            for _ in range(rounds):
+                provider.script(*weather_script())
+                since = len(log.events)
+                text = {"type": "input_text", "text": "Paris?"}
+                await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [text]})
+                await conn.response.create()
+                first = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+                call = await log.wait_for("response.function_call_arguments.done", SERVER_WAIT_S, since=since)
+                await log.wait_for(lambda e, r=first: e.type == "response.done" and e.response.id == r, SERVER_WAIT_S)
+                since = len(log.events)
+                output = {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny"}'}
+                await conn.conversation.item.create(item=output)  # type: ignore[arg-type]
+                await conn.response.create()
+                second = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+                done = await log.wait_for(
+                    lambda e, r=second: e.type == "response.done" and e.response.id == r, SERVER_WAIT_S
+                )
+                assert done.response.status == "completed", done.response
+                transcripts.append(done.response.output[0].content[0].transcript)
+                requests.append(len(provider.requests))
+            assert not log.of("error"), log.of("error")
+            return session.llm.chat.items(), requests, transcripts, list(claims)
 
     history, requests, transcripts, claims = asyncio.run(asyncio.wait_for(scenario(), 4 * SERVER_WAIT_S))
     assert requests == [2] * rounds, f"provider requests per round: {requests} (3: the follow-up was generated twice)"

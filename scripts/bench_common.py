@@ -10,7 +10,8 @@
   sampled in a thread and tagged with the benchmark's current phase; :func:`free_port`.
 - :func:`build_handler`: a stage handler built from the registry exactly as the pipeline
   builds it from the CLI's flags, for measuring one stage without a pipeline.
-- :func:`percentile`, :func:`cell`, :func:`print_table`: reporting.
+- :func:`percentile`, :func:`cell`, :func:`print_table`: reporting; :func:`split_extra`: the
+  command line split at ``--`` (the benchmark's flags, the benchmarked program's).
 """
 
 from __future__ import annotations
@@ -68,6 +69,14 @@ def read_transcripts(clips: list[Path]) -> dict[str, str]:
         if clip.stem not in out and clip.with_suffix(".txt").is_file():
             out[clip.stem] = clip.with_suffix(".txt").read_text(encoding="utf-8").strip()
     return out
+
+
+def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``argv`` at the first ``--`` into (own flags, flags for the benchmarked program)."""
+    if "--" in argv:
+        index = argv.index("--")
+        return argv[:index], argv[index + 1 :]
+    return argv, []
 
 
 def one_line(exc: BaseException, limit: int = 160) -> str:

@@ -93,6 +93,7 @@ from bench_common import (
     free_port,
     percentile,
     print_table,
+    split_extra,
 )
 
 from speech_to_speech.realtime.client import (
@@ -640,14 +641,6 @@ def report(
 
 
 # -- command line -----------------------------------------------------------------------------
-
-
-def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``argv`` at the first ``--`` into (own flags, server flags)."""
-    if "--" in argv:
-        index = argv.index("--")
-        return argv[:index], argv[index + 1 :]
-    return argv, []
 
 
 def build_parser() -> argparse.ArgumentParser:

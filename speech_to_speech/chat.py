@@ -17,7 +17,8 @@ message and everything up to the next user message). Three mechanisms keep it va
 - **Transactions.** The LLM stage writes a response's items *provisionally* under a response key as
   soon as they are exposed (a tool call must be in history before the client can answer it), then
   finalizes them on success or rolls them back on failure. Cancellation leaves a tombstone so that a
-  write racing behind it is refused.
+  write racing behind it is refused. A call the client has been shown is committed on its own
+  (:meth:`Chat.commit_provisional_call`): a rollback of the rest of its response keeps it.
 - **Bounds.** :meth:`Chat.trim_if_needed` (called after each successful response) evicts the oldest
   whole turns, or summarises them in a background thread with a compactor. :meth:`Chat.add_item`
   also enforces a hard cap of ``2 * size`` user turns inline.
@@ -205,6 +206,40 @@ class Chat:
             if not record.item_ids and not record.added_calls and not record.consumed_calls:
                 del self._provisional[response_key]
             return copy.deepcopy(stored)
+
+    def commit_provisional_call(self, response_key: str, call: dict) -> None:
+        """Make one function call written under ``response_key`` permanent, whatever happens to the
+        rest of that response.
+
+        For a call the client has been shown: its output, early or late, must find it. The call
+        leaves the key's provisional record, so a later rollback or cancel of the response removes
+        everything else it wrote but not the call. A call that is already permanent (the response
+        was finalized) is left alone; one that is gone because the response was rolled back first
+        (a cancel that raced ahead of the call reaching the client) is written again, at the end.
+
+        Args:
+            response_key: the response that wrote the call.
+            call: the ``function_call`` item as stored (with its ``id``).
+
+        Raises:
+            ChatItemError: ``call`` is not a valid function call item.
+        """
+        with self._lock:
+            call_id = call["call_id"]
+            index = self._index_of_call_locked(call_id)
+            record = self._provisional.get(response_key)
+            if record is not None:
+                if index is not None and self._buffer[index]["id"] in record.item_ids:
+                    record.item_ids.remove(self._buffer[index]["id"])
+                if call_id in record.added_calls:
+                    record.added_calls.remove(call_id)
+                if not record.item_ids and not record.added_calls and not record.consumed_calls:
+                    del self._provisional[response_key]
+            if index is not None or call_id in self._pending_calls:
+                return  # permanent now (in the buffer, or evicted from it while it waits for its output)
+            logger.info("function_call %s was rolled back before it reached the client; written again", call_id)
+            self._add_locked(call, None)
+            self._enforce_hard_cap_locked()
 
     def finalize_provisional_generation(self, response_key: str) -> None:
         """Make ``response_key``'s provisional items permanent (they stay; nothing to roll back)."""

@@ -10,7 +10,9 @@ Everything else is written here, once:
 * cancellation: the turn's stamp is checked before every side effect (usage
   excepted, it is billing);
 * history: a transactional :class:`~speech_to_speech.chat.Chat`, written
-  provisionally and committed only if the turn is still current;
+  provisionally and committed only if the turn is still current; a tool call
+  is committed on its own once the client is shown it, so that its output
+  always pairs with it;
 * errors: an empty request fails early, a timeout speaks an apology, any other
   exception is recorded and, if nothing was said yet, a fallback line is spoken;
 * exactly one :class:`EndOfResponse` per response, whatever happened.
@@ -24,13 +26,22 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from speech_to_speech.cancel import Stamp
 from speech_to_speech.chat import Chat
-from speech_to_speech.events import AssistantText, Event, FirstToken, ResponseStarted, ToolCallEvent, UserTranscript
+from speech_to_speech.events import (
+    AssistantText,
+    Event,
+    FirstToken,
+    ResponseStarted,
+    ToolCallEvent,
+    ToolCallReady,
+    UserTranscript,
+)
 from speech_to_speech.handler import SHOWN_AS_EVENT, BaseHandler
 from speech_to_speech.llm_api import (
     AssistantMessage,
@@ -74,6 +85,8 @@ logger = logging.getLogger(__name__)
 FAILURE_FALLBACK = "Sorry, I'm having trouble responding right now. Please try again."
 #: spoken when the provider does not answer in time
 TIMEOUT_APOLOGY = "Sorry, I'm a bit slow right now. Could you say that again?"
+#: tool calls remembered between their emission and the moment the client is shown them
+MAX_CALLS_IN_FLIGHT = 64
 
 
 @dataclass
@@ -121,6 +134,9 @@ class BaseLLMHandler(BaseHandler):
         self._history_lock = threading.Lock()  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
         self._responses: dict[int, list[str | None]] = {}  # turn id -> [response key, assistant item id]
+        #: calls emitted downstream and not yet shown to the client: call id -> (response key, stored item)
+        self._calls_in_flight: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
+        self.bus.subscribe(self._on_bus_event)
 
     # -- backend hooks --------------------------------------------------------------
     def setup(self) -> None:
@@ -337,15 +353,35 @@ class BaseLLMHandler(BaseHandler):
         return TTSInput(st.stamp, text) if st.wants_audio else TextOutput(st.stamp, text)
 
     def _record_tool_call(self, st: _ResponseState, call: ToolCall) -> Iterator[ToolCallRequest]:
-        """Write the call to history before anyone can see it, then emit it."""
+        """Write the call to history before anyone can see it, then emit it.
+
+        The call is provisional, like the rest of the response, until the client is shown it
+        (:class:`ToolCallReady`, see :meth:`_on_bus_event`); from then on it stays in history
+        whatever happens to the rest of the response, so that its output pairs with it.
+        """
         item = {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
-        if self._stale(st.stamp) or self.chat.add_provisional_generation_items(st.key, [item]) is None:
+        stored = None if self._stale(st.stamp) else self.chat.add_provisional_generation_items(st.key, [item])
+        if not stored:
             st.cancelled = True
             return
+        with self._history_lock:
+            self._calls_in_flight[call.call_id] = (st.key, stored[0])
+            while len(self._calls_in_flight) > MAX_CALLS_IN_FLIGHT:
+                self._calls_in_flight.popitem(last=False)
         st.tool_calls += 1
         event = ToolCallEvent(st.stamp.turn_id, call_id=call.call_id, name=call.name, arguments=call.arguments)
         self.bus.publish(event)
         yield ToolCallRequest(st.stamp, call.call_id, call.name, call.arguments)
+
+    def _on_bus_event(self, event: Event) -> None:
+        """A call goes out to the client (the LM output stage publishes it; this subscriber runs
+        before the session's): commit it to history on its own."""
+        if not isinstance(event, ToolCallReady):
+            return
+        with self._history_lock:
+            entry = self._calls_in_flight.pop(event.call_id, None)
+            if entry is not None:
+                self.chat.commit_provisional_call(*entry)
 
     def _finish(self, st: _ResponseState, sent: bool, txn: ResponsePrefetchTransaction | None = None) -> Iterator[Any]:
         text = (st.final_text if st.final_text is not None else "".join(st.deltas)).strip()

@@ -1,0 +1,147 @@
+"""A tool call the client was shown stays in history, whatever happens to the rest of its response.
+
+The LLM stage is driven through :meth:`BaseLLMHandler.process` with a backend that yields provider
+events from a script; the LM output stage's side channel (:class:`ToolCallReady`, which the realtime
+session turns into ``response.function_call_arguments.done``) is published by hand where the client
+would be shown the call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from speech_to_speech.cancel import Gate
+from speech_to_speech.chat import Chat
+from speech_to_speech.events import EventBus, ToolCallReady
+from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.llm_api import LLMConfig, LLMRequest, ProviderEvent, TextDelta, ToolCall
+from speech_to_speech.messages import EndOfResponse, FunctionOutput, ToolCallRequest, Transcript
+from speech_to_speech.serialize import to_responses_input
+
+WEATHER = ToolCall("call_weather_1", "get_weather", '{"city": "Paris"}')
+
+
+class ScriptedLLM(BaseLLMHandler):
+    """Yields one list of provider events per request; ``on_event(index)`` runs before each."""
+
+    def __init__(self, *args: Any, scripts: list[list[ProviderEvent]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scripts = scripts
+        self.on_event: Callable[[int], None] = lambda index: None
+        self.requests: list[LLMRequest] = []
+
+    def load(self) -> None:
+        pass
+
+    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
+        self.requests.append(request)
+        for index, event in enumerate(self.scripts.pop(0)):
+            self.on_event(index)
+            yield event
+
+
+def make(*scripts: list[ProviderEvent]) -> ScriptedLLM:
+    llm = ScriptedLLM(
+        threading.Event(), None, None, Gate(), EventBus(), config=LLMConfig(), scripts=list(scripts), name="llm"
+    )
+    llm.setup()
+    return llm
+
+
+def shown(llm: ScriptedLLM, item: Any) -> None:
+    """What the LM output stage does when a call passes it: the client is shown the call."""
+    if isinstance(item, ToolCallRequest):
+        event = ToolCallReady(item.stamp.turn_id, call_id=item.call_id, name=item.name, arguments=item.arguments)
+        llm.bus.publish(event)
+
+
+def kinds(chat: Chat) -> list[tuple[str, str]]:
+    return [(i["type"], i.get("role") or i.get("call_id", "")) for i in chat.items()]
+
+
+def test_interrupted_after_the_call_keeps_the_call_and_pairs_its_late_output() -> None:
+    # the provider goes on streaming after the call; the user interrupts during that
+    llm = make([TextDelta("Let me check."), WEATHER, TextDelta(" Meanwhile, here is"), TextDelta(" more.")], [])
+    out = []
+    for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather in Paris?")):
+        out.append(item)
+        shown(llm, item)
+        if isinstance(item, ToolCallRequest):
+            llm.gate.scope.cancel()  # barge-in while the provider still streams
+    assert [type(i).__name__ for i in out] == ["TTSInput", "ToolCallRequest", "EndOfResponse"]
+    assert out[-1].error == "cancelled"
+    assert kinds(llm.chat) == [("message", "user"), ("function_call", WEATHER.call_id)]
+
+    # the late output is accepted, and the next request carries the pair
+    assert list(llm.process(FunctionOutput(WEATHER.call_id, '{"sky": "sunny"}'))) == []
+    sent = to_responses_input(llm.chat.items())
+    assert [i.get("type") for i in sent[-2:]] == ["function_call", "function_call_output"]
+    assert sent[-1]["call_id"] == sent[-2]["call_id"] == WEATHER.call_id
+
+
+def test_a_failure_after_the_call_keeps_the_call() -> None:
+    llm = make([WEATHER, TextDelta("Done")])
+
+    def explode(index: int) -> None:
+        if index == 1:
+            raise ConnectionResetError("provider dropped the stream")
+
+    llm.on_event = explode
+    out = []
+    for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather?")):
+        out.append(item)
+        shown(llm, item)
+    end = out[-1]
+    assert isinstance(end, EndOfResponse) and end.error and "ConnectionResetError" in end.error
+    assert ("function_call", WEATHER.call_id) in kinds(llm.chat)
+    llm.chat.append_tool_output(WEATHER.call_id, "{}")  # pairs
+
+
+def test_a_call_the_client_never_saw_is_rolled_back() -> None:
+    # cancelled after the LLM emitted the call but before it passed the LM output stage
+    llm = make([TextDelta("Let me check."), WEATHER, TextDelta(" more.")])
+    out = []
+    for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather?")):
+        out.append(item)
+        if isinstance(item, ToolCallRequest):
+            llm.gate.scope.cancel()  # flushed from the queue: never shown
+    assert out[-1].error == "cancelled"
+    assert kinds(llm.chat) == [("message", "user")]
+
+
+def test_a_call_shown_after_its_response_was_rolled_back_is_written_again() -> None:
+    # the cancel wins the race: the response is rolled back, then the call reaches the client
+    llm = make([WEATHER, TextDelta(" more.")])
+    calls = []
+    for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather?")):
+        if isinstance(item, ToolCallRequest):
+            calls.append(item)
+            llm.gate.scope.cancel()
+    assert kinds(llm.chat) == [("message", "user")]
+    shown(llm, calls[0])
+    assert kinds(llm.chat) == [("message", "user"), ("function_call", WEATHER.call_id)]
+    llm.chat.append_tool_output(WEATHER.call_id, "{}")
+
+
+def test_a_completed_response_is_unchanged_by_the_commit() -> None:
+    llm = make([TextDelta("Checking."), WEATHER])
+    for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather?")):
+        shown(llm, item)
+    assert kinds(llm.chat) == [("message", "user"), ("function_call", WEATHER.call_id), ("message", "assistant")]
+
+
+def test_commit_provisional_call_survives_rollback_and_cancel() -> None:
+    chat = Chat()
+    chat.add_item({"type": "message", "role": "user", "content": "hi"})
+    [call] = chat.add_provisional_generation_items(
+        "r1", [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]
+    )
+    chat.add_provisional_generation_items("r1", [{"type": "message", "role": "assistant", "content": "so"}])
+    chat.commit_provisional_call("r1", call)
+    chat.cancel_provisional_generation("r1")
+    assert [i["type"] for i in chat.items()] == ["message", "function_call"]
+    chat.commit_provisional_call("r1", call)  # again: nothing changes
+    assert [i["type"] for i in chat.items()] == ["message", "function_call"]
+    chat.append_tool_output("c1", "ok")

@@ -1,18 +1,16 @@
-"""The inbound side of the OpenAI Realtime protocol: validation and dispatch.
+"""The OpenAI Realtime protocol's events: decoding, validation errors, ids and error events.
 
 Every client event is checked before it touches the session; a malformed or
 unknown event gets an ``error`` event that names the problem (and the
-offending ``event_id``), and the session goes on.
+offending ``event_id``), and the session goes on. This module imports nothing
+of the session.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from speech_to_speech.realtime.session import RealtimeSession
+from typing import Any
 
 
 class ProtocolError(ValueError):
@@ -22,13 +20,15 @@ class ProtocolError(ValueError):
         code: machine-readable reason (e.g. ``"unknown_event"``).
         message: what a person needs to fix it.
         event_id: the offending client event's ``event_id``, when known.
+        param: the offending field, when one is to blame.
     """
 
-    def __init__(self, code: str, message: str, event_id: str | None = None) -> None:
+    def __init__(self, code: str, message: str, event_id: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.event_id = event_id
+        self.param = param
 
 
 def new_id(prefix: str) -> str:
@@ -37,12 +37,16 @@ def new_id(prefix: str) -> str:
 
 
 def error_event(
-    code: str, message: str, event_id: str | None = None, kind: str = "invalid_request_error"
+    code: str,
+    message: str,
+    event_id: str | None = None,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
 ) -> dict[str, Any]:
     """An ``error`` server event."""
     return {
         "type": "error",
-        "error": {"type": kind, "code": code, "message": message, "param": None, "event_id": event_id},
+        "error": {"type": kind, "code": code, "message": message, "param": param, "event_id": event_id},
     }
 
 
@@ -64,28 +68,18 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
     return event
 
 
-def dispatch(session: RealtimeSession, event: dict[str, Any]) -> None:
-    """Apply one parsed client event to ``session``.
+def check_tools(tools: Any, tool_choice: Any) -> None:
+    """Validate ``tools`` and ``tool_choice`` of a session or a response.
 
     Raises:
-        ProtocolError: unknown event type or invalid fields.
+        ProtocolError: tools not a list of named function tools; ``tool_choice`` not
+            "auto"/"none"/"required" (the object form is ``tool_choice_not_supported``).
     """
-    kind = event["type"]
-    if kind == "session.update":
-        session.update_session(event.get("session"))
-    elif kind == "input_audio_buffer.append":
-        session.append_audio(event.get("audio"))
-    elif kind == "input_audio_buffer.commit":
-        session.commit_audio()
-    elif kind == "input_audio_buffer.clear":
-        session.clear_audio()
-    elif kind == "conversation.item.create":
-        session.create_item(event.get("item"))
-    elif kind == "conversation.item.truncate":
-        session.truncate(event.get("item_id"), event.get("audio_end_ms"))
-    elif kind == "response.create":
-        session.create_response(event.get("response"))
-    elif kind == "response.cancel":
-        session.cancel_response()
-    else:
-        raise ProtocolError("unknown_event", f"unsupported client event type {kind!r}")
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
+    ):
+        raise ProtocolError("invalid_value", "'tools' must be a list of function tools with a name")
+    if isinstance(tool_choice, dict):
+        raise ProtocolError("tool_choice_not_supported", "tool_choice must be 'auto', 'none' or 'required'")
+    if tool_choice not in ("auto", "none", "required"):
+        raise ProtocolError("invalid_value", "tool_choice must be 'auto', 'none' or 'required'")

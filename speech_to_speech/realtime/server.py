@@ -24,8 +24,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from speech_to_speech.realtime.protocol import ProtocolError, dispatch, error_event, parse_event
-from speech_to_speech.realtime.session import RealtimeSession, SessionLimits
+from speech_to_speech.realtime.protocol import ProtocolError, error_event, parse_event
+from speech_to_speech.realtime.session import RealtimeSession, SessionLimits, dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -165,12 +165,20 @@ class RealtimeServer:
         try:
             await asyncio.wait_for(asyncio.shield(server.wait_closed()), SHUTDOWN_GRACE_S)
         except asyncio.TimeoutError:
-            tasks = [task for task in server.handler_tasks if not task.done()]
+            tasks = [task for task in handler_tasks(server) if not task.done()]
             logger.warning("%d connection(s) still open after %.1f s; dropping them", len(tasks), SHUTDOWN_GRACE_S)
             for task in tasks:
                 task.cancel()
             if tasks:
                 await asyncio.wait(tasks, timeout=0.2)
+
+
+def handler_tasks(server: Server) -> list[asyncio.Task[None]]:
+    """The connection handler tasks of ``server`` (``handler_tasks`` in websockets 17, ``handlers`` before)."""
+    tasks = getattr(server, "handler_tasks", None)
+    if tasks is None:
+        tasks = server.handlers.values()  # websockets < 17 (openai-agents pins websockets < 17)
+    return list(tasks)
 
 
 def run_server(args: argparse.Namespace) -> None:

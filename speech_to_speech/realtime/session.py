@@ -1,17 +1,16 @@
-"""One client of the realtime server: its pipeline, its state, and the protocol events.
+"""One client of the realtime server: its pipeline, its state, and the client events' handlers.
 
 The session speaks the core of the OpenAI Realtime protocol (GA event names).
 Stages run in threads as in local mode; protocol events produced in those
 threads reach the asyncio side through :meth:`RealtimeSession.emit`, which
 hands them over with ``loop.call_soon_threadsafe`` (no polling).
+:data:`HANDLERS` maps each client event type to the session method that applies it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import binascii
 import contextlib
 import copy
 import logging
@@ -19,7 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,25 +43,22 @@ from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.lm_output import LMOutputProcessor
 from speech_to_speech.messages import (
     AudioChunk,
-    AudioOutput,
-    EndOfResponse,
     FunctionOutput,
     ResponseRequest,
     SpeechSegment,
-    TextOutput,
     Transcript,
 )
-from speech_to_speech.playback import Interrupt, PacedAudioSink
+from speech_to_speech.playback import Interrupt
 from speech_to_speech.prefetch import PrefetchCoordinator
 from speech_to_speech.queues import StageQueue
-from speech_to_speech.realtime.protocol import ProtocolError, error_event, new_id
+from speech_to_speech.realtime.protocol import ProtocolError, check_tools, error_event, new_id
+from speech_to_speech.realtime.responses import ResponseOutput
+from speech_to_speech.realtime.sink import ClientSink
+from speech_to_speech.realtime.wire import WIRE_RATE, decode_audio
 from speech_to_speech.registry import get_backend
 from speech_to_speech.vad import SAMPLE_RATE, BaseVADHandler, Endpointer
 
 logger = logging.getLogger(__name__)
-
-#: the wire format: 16-bit little-endian mono PCM at 24 kHz
-WIRE_RATE = 24_000
 
 
 @dataclass
@@ -74,85 +70,6 @@ class SessionLimits:
     """
 
     max_buffer_s: float = 120.0
-
-
-@dataclass
-class _Response:
-    """Protocol state of one response."""
-
-    id: str
-    turn_id: int
-    item_id: str
-    modalities: list[str]
-    started: bool = False  # output item announced
-    message_index: int = 0  # the message's output_index (its slot in ``outputs`` from its announcement)
-    transcript: list[str] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-    spoken: list[tuple[float, str]] = field(default_factory=list)  # (audio ms, words) as sent
-    audio_ms: float = 0.0
-    client_cancelled: bool = False  # ended by response.cancel (else by the user speaking)
-
-
-def pcm16_to_float(data: bytes) -> np.ndarray:
-    """Little-endian int16 PCM bytes → float32 in [-1, 1].
-
-    Raises:
-        ProtocolError: for an odd number of bytes.
-    """
-    if len(data) % 2:
-        raise ProtocolError("invalid_audio", "pcm16 audio must have an even number of bytes")
-    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
-
-
-def float_to_pcm16(samples: np.ndarray) -> bytes:
-    """float32 in [-1, 1] → little-endian int16 PCM bytes (clipped)."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
-
-
-def _check_tools(tools: Any, tool_choice: Any) -> None:
-    """Validate ``tools`` and ``tool_choice`` of a session or a response.
-
-    Raises:
-        ProtocolError: tools not a list of named function tools; ``tool_choice`` not
-            "auto"/"none"/"required" (the object form is ``tool_choice_not_supported``).
-    """
-    if not isinstance(tools, list) or not all(
-        isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
-    ):
-        raise ProtocolError("invalid_value", "'tools' must be a list of function tools with a name")
-    if isinstance(tool_choice, dict):
-        raise ProtocolError("tool_choice_not_supported", "tool_choice must be 'auto', 'none' or 'required'")
-    if tool_choice not in ("auto", "none", "required"):
-        raise ProtocolError("invalid_value", "tool_choice must be 'auto', 'none' or 'required'")
-
-
-class ClientSink(PacedAudioSink):
-    """The end of a session's pipeline: paced audio and text turned into protocol events.
-
-    Audio is released ``lead_s`` ahead of its play time, which keeps the
-    client's buffer short, so a barge-in stops audible output quickly and the
-    server knows closely how much of a reply was heard.
-    """
-
-    lead_s = 0.25
-
-    def __init__(self, *args: Any, session: RealtimeSession, **kwargs: Any) -> None:
-        super().__init__(*args, sample_rate=WIRE_RATE, **kwargs)
-        self.session = session
-
-    def process(self, item: Any) -> Any:
-        if isinstance(item, TextOutput):
-            if self.gate.admits(item.stamp):  # text-only replies are not paced
-                self.session.on_text_delta(item)
-            return iter(())
-        return super().process(item)
-
-    def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
-        self.session.on_audio(item, samples)
-
-    def on_response_done(self, item: EndOfResponse) -> None:
-        self.session.on_response_end(item)
 
 
 class RealtimeSession:
@@ -201,9 +118,7 @@ class RealtimeSession:
         self._offset = 0
         self._user_items: dict[int, str] = {}
         self._input_audio_s: dict[int, float] = {}  # per turn: seconds of audio sent to STT
-        self._responses: dict[int, _Response] = {}
-        self._assistant_items: dict[str, _Response] = {}
-        self._active: _Response | None = None
+        self.output = ResponseOutput(self.emit, self.gate, lambda: self._discard_prefetch("response failed"))
         self._build()
 
     # -- pipeline -----------------------------------------------------------------------
@@ -242,7 +157,7 @@ class RealtimeSession:
             input_queue=q["llm_out"], output_queue=q["tts"], name=f"{self.id}:lm_output", **common
         )
         self.tts = stage("tts", self.args.tts, q["tts"], q["out"])
-        self.sink = ClientSink(input_queue=q["out"], session=self, name=f"{self.id}:sink", **common)
+        self.sink = ClientSink(input_queue=q["out"], target=self.output, name=f"{self.id}:sink", **common)
         self.llm.prefetch = PrefetchCoordinator()
         self.stages: list[BaseHandler] = [self.vad, self.stt, self.llm, lm_output, self.tts, self.sink]
         self.bus.subscribe(self._on_event)
@@ -332,7 +247,7 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", "'instructions' must be a string")
         if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"audio", "text"}:
             raise ProtocolError("invalid_value", "'output_modalities' must be ['audio'] or ['text']")
-        _check_tools(tools, tool_choice)
+        check_tools(tools, tool_choice)
         if not isinstance(audio, dict):
             raise ProtocolError("invalid_value", "'audio' must be an object")
         audio_in, audio_out = ({} if audio.get(k) is None else audio[k] for k in ("input", "output"))
@@ -380,13 +295,7 @@ class RealtimeSession:
     # -- input audio ------------------------------------------------------------------------
     def append_audio(self, audio_b64: Any) -> None:
         """``input_audio_buffer.append``: base64 pcm16 at 24 kHz."""
-        if not isinstance(audio_b64, str):
-            raise ProtocolError("invalid_value", "'audio' must be a base64 string")
-        try:
-            data = base64.b64decode(audio_b64, validate=True)
-        except (binascii.Error, ValueError):
-            raise ProtocolError("invalid_audio", "'audio' is not valid base64") from None
-        samples = self._resampler.resample_chunk(pcm16_to_float(data))
+        samples = self._resampler.resample_chunk(decode_audio(audio_b64))
         if self.turn_detection is None:
             if (self._buffered + len(samples)) / SAMPLE_RATE > self.limits.max_buffer_s:
                 raise ProtocolError(
@@ -470,8 +379,7 @@ class RealtimeSession:
         """``conversation.item.truncate``: the client played only ``audio_end_ms`` of an assistant item."""
         if not isinstance(item_id, str) or not isinstance(audio_end_ms, (int, float)) or audio_end_ms < 0:
             raise ProtocolError("invalid_value", "truncate needs 'item_id' and a non-negative 'audio_end_ms'")
-        with self.lock:
-            response = self._assistant_items.get(item_id)
+        response = self.output.assistant_item(item_id)
         if response is None:
             raise ProtocolError("item_not_found", f"no assistant audio item {item_id!r}")
         heard = "".join(words for at_ms, words in response.spoken if at_ms < audio_end_ms).strip()
@@ -491,8 +399,8 @@ class RealtimeSession:
         options = {} if options is None else options
         if not isinstance(options, dict):
             raise ProtocolError("invalid_value", "'response' must be an object")
-        with self.lock:
-            if self._active is not None:
+        with self.output.lock:
+            if self.output.active is not None:
                 raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
         modalities = options.get("output_modalities", self.output_modalities)
         instructions = options.get("instructions")
@@ -503,7 +411,7 @@ class RealtimeSession:
         tools = options.get("tools")
         tool_choice = options.get("tool_choice")
         if tools is not None or tool_choice is not None:
-            _check_tools(tools if tools is not None else [], tool_choice if tool_choice is not None else "auto")
+            check_tools(tools if tools is not None else [], tool_choice if tool_choice is not None else "auto")
         stamp = self.gate.new_turn_stamp()
         request = ResponseRequest(
             stamp, wants_audio=modalities != ["text"], instructions=instructions, tools=tools, tool_choice=tool_choice
@@ -514,8 +422,8 @@ class RealtimeSession:
 
     def cancel_response(self) -> None:
         """``response.cancel``: stop the response in progress (what was heard stays in history)."""
-        with self.lock:
-            active = self._active
+        with self.output.lock:
+            active = self.output.active
         if active is None:
             raise ProtocolError("response_cancel_not_active", "no response is in progress")
         active.client_cancelled = True
@@ -602,9 +510,9 @@ class RealtimeSession:
                 }
             )
         elif isinstance(event, ResponseStarted):
-            self._start_response(event.turn_id)
+            self.output.start(event.turn_id, self.output_modalities)
         elif isinstance(event, ToolCallReady):
-            self._emit_tool_call(event)
+            self.output.tool_call(event)
         elif isinstance(event, ResponseInterrupted):
             self.llm.apply_heard_text(event.turn_id, event.heard_text)
         elif isinstance(event, StageError):
@@ -615,209 +523,27 @@ class RealtimeSession:
         event = {"type": "conversation.item.input_audio_transcription.delta", "item_id": item, "content_index": 0}
         self.emit({**event, "delta": delta})
 
-    def _start_response(self, turn_id: int) -> None:
-        with self.lock:
-            modalities = list(self.output_modalities)
-            response = _Response(new_id("resp"), turn_id, new_id("item"), modalities)
-            self._responses[turn_id] = response
-            self._active = response
-        self.emit(
-            {
-                "type": "response.created",
-                "response": {
-                    "id": response.id,
-                    "object": "realtime.response",
-                    "status": "in_progress",
-                    "output": [],
-                    "output_modalities": modalities,
-                },
-            }
-        )
 
-    def _announce_message(self, response: _Response) -> None:
-        if response.started:
-            return
-        response.started = True
-        audio = response.modalities != ["text"]
-        part = {"type": "audio", "transcript": ""} if audio else {"type": "text", "text": ""}
-        item = {"id": response.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
-        with self.lock:  # the message takes the next output slot now; a tool call announced later, the next
-            response.message_index = len(response.outputs)
-            response.outputs.append(item)
-        base = {"response_id": response.id, "output_index": response.message_index}
-        self.emit({"type": "response.output_item.added", **base, "item": item})
-        self.emit(
-            {
-                "type": "response.content_part.added",
-                **base,
-                "item_id": response.item_id,
-                "content_index": 0,
-                "part": part,
-            }
-        )
-        with self.lock:
-            self._assistant_items[response.item_id] = response
-            while len(self._assistant_items) > 64:
-                self._assistant_items.pop(next(iter(self._assistant_items)))
+#: client event type → the session method that applies it (the event's fields as keywords)
+HANDLERS: dict[str, Callable[[RealtimeSession, dict[str, Any]], None]] = {
+    "session.update": lambda s, e: s.update_session(e.get("session")),
+    "input_audio_buffer.append": lambda s, e: s.append_audio(e.get("audio")),
+    "input_audio_buffer.commit": lambda s, e: s.commit_audio(),
+    "input_audio_buffer.clear": lambda s, e: s.clear_audio(),
+    "conversation.item.create": lambda s, e: s.create_item(e.get("item")),
+    "conversation.item.truncate": lambda s, e: s.truncate(e.get("item_id"), e.get("audio_end_ms")),
+    "response.create": lambda s, e: s.create_response(e.get("response")),
+    "response.cancel": lambda s, e: s.cancel_response(),
+}
 
-    def _emit_tool_call(self, event: ToolCallReady) -> None:
-        with self.lock:
-            response = self._responses.get(event.turn_id)
-        if response is None:
-            return
-        item = {
-            "id": new_id("item"),
-            "type": "function_call",
-            "status": "completed",
-            "call_id": event.call_id,
-            "name": event.name,
-            "arguments": event.arguments,
-        }
-        with self.lock:  # the sink may be announcing the message at the same time
-            base = {"response_id": response.id, "output_index": len(response.outputs)}
-            response.outputs.append(item)
-        self.emit(
-            {"type": "response.output_item.added", **base, "item": {**item, "status": "in_progress", "arguments": ""}}
-        )
-        self.emit(
-            {
-                "type": "response.function_call_arguments.done",
-                **base,
-                "item_id": item["id"],
-                "call_id": event.call_id,
-                "name": event.name,
-                "arguments": event.arguments,
-            }
-        )
-        self.emit({"type": "response.output_item.done", **base, "item": item})
 
-    def on_audio(self, item: AudioOutput, samples: np.ndarray) -> None:
-        """A chunk of assistant audio is due: send it (and the words it speaks)."""
-        response = self._responses.get(item.stamp.turn_id)
-        if response is None:
-            return
-        self._announce_message(response)
-        base = {
-            "response_id": response.id,
-            "item_id": response.item_id,
-            "output_index": response.message_index,
-            "content_index": 0,
-        }
-        self.emit(
-            {
-                "type": "response.output_audio.delta",
-                **base,
-                "delta": base64.b64encode(float_to_pcm16(samples)).decode("ascii"),
-            },
-            item.stamp,
-        )
-        if item.text:
-            response.transcript.append(item.text)
-            response.spoken.append((response.audio_ms, item.text))
-            self.emit({"type": "response.output_audio_transcript.delta", **base, "delta": item.text}, item.stamp)
-        response.audio_ms += 1000 * len(samples) / WIRE_RATE
+def dispatch(session: RealtimeSession, event: dict[str, Any]) -> None:
+    """Apply one parsed client event to ``session``.
 
-    def on_text_delta(self, item: TextOutput) -> None:
-        """A raw text delta of a text-only reply."""
-        response = self._responses.get(item.stamp.turn_id)
-        if response is None:
-            return
-        self._announce_message(response)
-        response.text.append(item.text)
-        base = {
-            "response_id": response.id,
-            "item_id": response.item_id,
-            "output_index": response.message_index,
-            "content_index": 0,
-        }
-        self.emit({"type": "response.output_text.delta", **base, "delta": item.text}, item.stamp)
-
-    def on_response_end(self, end: EndOfResponse) -> None:
-        """The response's output has played: close its items and send ``response.done``."""
-        with self.lock:
-            response = self._responses.pop(end.stamp.turn_id, None)
-            if response is not None and self._active is response:
-                self._active = None
-        if response is None:
-            return
-        status = "completed"
-        if end.error == "cancelled" or end.cleanup_only or not self.gate.admits(end.stamp):
-            status = "cancelled"  # also a reply fully generated, then cut while it played
-        elif end.error is not None:
-            status = "failed"
-        base = {"response_id": response.id, "output_index": response.message_index}
-        if response.started:
-            audio = response.modalities != ["text"]
-            if audio:
-                transcript = "".join(response.transcript).strip()
-                self.emit(
-                    {"type": "response.output_audio.done", **base, "item_id": response.item_id, "content_index": 0}
-                )
-                self.emit(
-                    {
-                        "type": "response.output_audio_transcript.done",
-                        **base,
-                        "item_id": response.item_id,
-                        "content_index": 0,
-                        "transcript": transcript,
-                    }
-                )
-                part = {"type": "audio", "transcript": transcript}
-            else:
-                text = "".join(response.text)
-                self.emit(
-                    {
-                        "type": "response.output_text.done",
-                        **base,
-                        "item_id": response.item_id,
-                        "content_index": 0,
-                        "text": text,
-                    }
-                )
-                part = {"type": "text", "text": text}
-            item = {
-                "id": response.item_id,
-                "type": "message",
-                "role": "assistant",
-                "status": "completed" if status == "completed" else "incomplete",
-                "content": [{**part, "type": "output_audio" if audio else "output_text"}],
-            }
-            self.emit(
-                {
-                    "type": "response.content_part.done",
-                    **base,
-                    "item_id": response.item_id,
-                    "content_index": 0,
-                    "part": part,
-                }
-            )
-            self.emit({"type": "response.output_item.done", **base, "item": item})
-            response.outputs[response.message_index] = item
-        usage = {
-            "input_tokens": end.usage.get("input_tokens", 0),
-            "output_tokens": end.usage.get("output_tokens", 0),
-        }
-        usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-        details = None
-        if status == "failed":
-            self._discard_prefetch("response failed")
-            details = {"type": "failed", "error": {"type": "server_error", "message": end.error}}
-        elif status == "cancelled":
-            details = {
-                "type": "cancelled",
-                "reason": "client_cancelled" if response.client_cancelled else "turn_detected",
-            }
-        self.emit(
-            {
-                "type": "response.done",
-                "response": {
-                    "id": response.id,
-                    "object": "realtime.response",
-                    "status": status,
-                    "status_details": details,
-                    "output": response.outputs,
-                    "output_modalities": response.modalities,
-                    "usage": usage,
-                },
-            }
-        )
+    Raises:
+        ProtocolError: unknown event type or invalid fields.
+    """
+    handler = HANDLERS.get(event["type"])
+    if handler is None:
+        raise ProtocolError("unknown_event", f"unsupported client event type {event['type']!r}")
+    handler(session, event)

@@ -1,0 +1,49 @@
+"""The client sink: the end of a session's pipeline, where paced output becomes protocol events."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from speech_to_speech.messages import AudioOutput, EndOfResponse, TextOutput
+from speech_to_speech.playback import PacedAudioSink
+from speech_to_speech.realtime.wire import WIRE_RATE
+
+
+class OutputTarget(Protocol):
+    """Where the sink hands a session's output (a :class:`~speech_to_speech.realtime.responses.ResponseOutput`)."""
+
+    def on_text_delta(self, item: TextOutput) -> None: ...
+
+    def on_audio(self, item: AudioOutput, samples: np.ndarray) -> None: ...
+
+    def on_response_end(self, end: EndOfResponse) -> None: ...
+
+
+class ClientSink(PacedAudioSink):
+    """Paced audio and text of a session turned into protocol events (through ``target``).
+
+    Audio is released ``lead_s`` ahead of its play time, which keeps the
+    client's buffer short, so a barge-in stops audible output quickly and the
+    server knows closely how much of a reply was heard.
+    """
+
+    lead_s = 0.25
+
+    def __init__(self, *args: Any, target: OutputTarget, **kwargs: Any) -> None:
+        super().__init__(*args, sample_rate=WIRE_RATE, **kwargs)
+        self.target = target
+
+    def process(self, item: Any) -> Any:
+        if isinstance(item, TextOutput):
+            if self.gate.admits(item.stamp):  # text-only replies are not paced
+                self.target.on_text_delta(item)
+            return iter(())
+        return super().process(item)
+
+    def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
+        self.target.on_audio(item, samples)
+
+    def on_response_done(self, item: EndOfResponse) -> None:
+        self.target.on_response_end(item)

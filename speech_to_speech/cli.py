@@ -111,6 +111,7 @@ LIMITS: dict[str, Limit] = {
     "llm_threads": _NON_NEGATIVE,  # 0: automatic
     "llm_context": Limit(512),  # tokens: the system prompt, history and reply must fit
     "request_timeout_s": _POSITIVE,
+    "first_token_timeout_s": _NON_NEGATIVE,  # 0: no limit on the wait for the first token
     # TTS (TTSConfig)
     "tts_chunk_ms": _POSITIVE,
 }
@@ -242,7 +243,11 @@ _HELP = {
     "responses_api_base_url": "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (empty: OpenAI)",
     "responses_api_api_key": "API key (empty: $OPENAI_API_KEY; loopback URLs need none)",
     "responses_api_stream": "stream responses (true/false)",
-    "request_timeout_s": "total request timeout, seconds (connect timeout: min(10, total))",
+    "request_timeout_s": "longest a whole response may take, s (connect timeout: min(10, this))",
+    "first_token_timeout_s": (
+        "longest wait for a response's first token (a provider, or an engine busy with other sessions), s; "
+        "then a short apology is spoken; 0 = none"
+    ),
     "reasoning_effort": "reasoning_effort sent to non-OpenAI endpoints (empty: disable thinking instead)",
     "tts_chunk_ms": "TTS audio chunk size, ms",
 }

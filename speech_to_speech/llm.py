@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -157,6 +158,22 @@ class BaseLLMHandler(BaseHandler):
     def cleanup(self) -> None:
         self.chat.close()
 
+    def response_timeout_s(self) -> float | None:
+        """The longest a whole response may take, s (None: no limit); providers bound it."""
+        return None
+
+    def first_token_deadline_s(self, request: LLMRequest) -> float | None:
+        """The longest the first text or tool call of ``request`` may take, s (None: no limit)."""
+        return self.config.first_token_timeout_s or None
+
+    def abort_request(self) -> None:
+        """Unblock a provider read that is stuck (called from the stage thread when it gives up
+        on a response while the backend is still inside :meth:`events`); best effort."""
+
+    #: False for engines whose calls must stay on the stage's own thread: :meth:`events` is then
+    #: iterated there, without the helper thread that keeps the first-token and response time-outs
+    events_in_helper_thread = True
+
     #: True when the backend passes tools to the model natively (providers);
     #: False when tools are described in the system prompt (local models)
     native_tools = True
@@ -282,7 +299,7 @@ class BaseLLMHandler(BaseHandler):
             self.bus.publish(ResponseStarted(st.stamp.turn_id, speech_end_time=item.speech_end_time or None))
             start = time.monotonic()
             sent = True
-            yield from self._consume(st, self.events(request, lambda: self._stale(st.stamp)), start)
+            yield from self._consume(st, self._timed_events(request, lambda: self._stale(st.stamp), start), start)
         except EmptyRequestError as exc:
             st.error = str(exc)
             logger.warning("%s: %s", self.name, exc)
@@ -296,6 +313,53 @@ class BaseLLMHandler(BaseHandler):
             st.error = f"{type(exc).__name__}: {exc}"
             logger.exception("%s: generation failed", self.name, extra=SHOWN_AS_EVENT)
         yield from self._finish(st, sent, txn)
+
+    def _timed_events(
+        self, request: LLMRequest, should_stop: Callable[[], bool], start: float
+    ) -> Iterator[ProviderEvent]:
+        """:meth:`events` read in a helper thread, one event at a time as they are consumed, so that
+        the stage keeps its deadlines and its cancellation while the backend is blocked (a provider
+        that accepted the request and sends nothing, an engine busy with another session).
+
+        Raises:
+            ProviderTimeout: no first text or tool call within :meth:`first_token_deadline_s`, or
+                no end within :meth:`response_timeout_s`; the backend is told to stop (and
+                :meth:`abort_request` unblocks it if it does not).
+        """
+        if not self.events_in_helper_thread:
+            yield from self.events(request, should_stop)
+            return
+        first_s, total_s = self.first_token_deadline_s(request), self.response_timeout_s()
+        reader = _ProviderReader(
+            lambda abandoned: self.events(request, lambda: abandoned() or should_stop()), f"{self.name}:provider"
+        )
+        first = False
+        try:
+            while True:
+                reader.ask_next()
+                while True:
+                    try:
+                        kind, value = reader.results.get(timeout=self.poll_s)
+                        break
+                    except queue.Empty:
+                        pass
+                    if should_stop():
+                        return
+                    waited = time.monotonic() - start
+                    if first_s is not None and not first and waited > first_s:
+                        raise ProviderTimeout(f"no first token within {first_s:g} s")
+                    if total_s is not None and waited > total_s:
+                        raise ProviderTimeout(f"no complete answer within {total_s:g} s")
+                if kind is _END:
+                    return
+                if kind is _ERROR:
+                    raise value
+                if isinstance(value, (ToolCall, AssistantMessage)) or (isinstance(value, TextDelta) and value.text):
+                    first = True
+                yield value
+        finally:
+            if not reader.stop():
+                self.abort_request()
 
     def _consume(self, st: _ResponseState, events: Iterator[ProviderEvent], start: float) -> Iterator[Any]:
         streamer: SentenceStreamer | WordStreamer = (
@@ -555,3 +619,55 @@ class _HiddenResponse:
     def _drain(self) -> None:
         for item in self.stream:
             self.llm.emit(item)
+
+
+_EVENT, _END, _ERROR = object(), object(), object()
+#: seconds a stopped provider reader may take to end by itself before it is aborted
+READER_GRACE_S = 0.05
+
+
+class _ProviderReader:
+    """Runs a backend's event generator in a daemon thread, advancing it only when asked.
+
+    ``make_events(abandoned)`` builds the generator; ``abandoned()`` turns True once the consumer
+    gave up, so the backend can stop at its next check. Lock-step (one event per
+    :meth:`ask_next`) keeps the order of side effects exactly as if the consumer iterated the
+    generator itself: nothing is read ahead of what was consumed.
+    """
+
+    def __init__(self, make_events: Callable[[Callable[[], bool]], Iterator[ProviderEvent]], name: str) -> None:
+        self.results: queue.Queue[tuple[object, Any]] = queue.Queue()
+        self._asks: queue.Queue[bool] = queue.Queue()
+        self._abandoned = threading.Event()
+        self._make_events = make_events
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def ask_next(self) -> None:
+        self._asks.put(True)
+
+    def stop(self) -> bool:
+        """Give up on the generator; True when its thread ended within :data:`READER_GRACE_S`."""
+        self._abandoned.set()
+        self._asks.put(False)
+        self._thread.join(READER_GRACE_S)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        events: Iterator[ProviderEvent] | None = None
+        try:
+            events = iter(self._make_events(self._abandoned.is_set))
+            while self._asks.get() and not self._abandoned.is_set():
+                try:
+                    event = next(events)
+                except StopIteration:
+                    self.results.put((_END, None))
+                    return
+                self.results.put((_EVENT, event))
+        except BaseException as exc:  # handed to the consumer, which raises it in the stage thread
+            self.results.put((_ERROR, exc))
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    close()

@@ -104,6 +104,9 @@ class LLMConfig:
         audio_history_turns: user turns whose audio stays in history (older audio becomes text).
         stream_words: send speech to TTS word by word (engines that take streaming text)
             instead of sentence by sentence.
+        first_token_timeout_s: the longest wait for the first text or tool call of a response, s,
+            including a wait for a shared engine (0 = none); then the user hears
+            ``TIMEOUT_APOLOGY`` and the turn ends.
     """
 
     llm_model: str = ""
@@ -116,6 +119,7 @@ class LLMConfig:
     language: str = "en"
     audio_history_turns: int = 1
     stream_words: bool = False
+    first_token_timeout_s: float = 6.0
 
 
 @dataclass
@@ -140,8 +144,9 @@ class OpenAICompatibleConfig(LLMConfig):
         responses_api_base_url: endpoint base URL ("" = the official OpenAI API).
         responses_api_api_key: API key ("" = ``$OPENAI_API_KEY``; loopback URLs get "none").
         responses_api_stream: stream the response (False = one blocking request).
-        request_timeout_s: request timeout, s (each read may take this long; no retries);
-            the connect timeout is ``min(10, request_timeout_s)``.
+        request_timeout_s: the longest a whole response may take, s (also the HTTP client's
+            read timeout; no retries); the connect timeout is ``min(10, request_timeout_s)``.
+            The first token has its own, shorter limit (``first_token_timeout_s``).
         reasoning_effort: sent as ``reasoning_effort`` to non-OpenAI endpoints when set.
     """
 

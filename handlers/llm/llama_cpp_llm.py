@@ -14,7 +14,8 @@ turn evaluates only what is new since the last one (reported in
 :attr:`LlamaCppLLMHandler.last_prompt` and at debug level).
 
 One :class:`Llama` context is shared by all sessions of a process; a lock lets
-one generation run at a time.
+one generation run at a time. A response waiting for it counts that wait against its
+``--first_token_timeout_s`` (then the user hears a short apology instead of silence).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from speech_to_speech.tools.prompt import function_tool_spec
 
 logger = logging.getLogger(__name__)
 
+#: seconds between checks of a response's ``should_stop`` while it waits for the engine
+LOCK_POLL_S = 0.05
 #: ChatML, for GGUF files that carry no chat template
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -157,9 +160,16 @@ class LlamaEngine:
         """Yield text pieces of the completion of ``tokens``; stop once ``should_stop()``.
 
         Holds the engine's lock while generating; ``on_start`` receives the prompt's
-        cache statistics once the lock is held.
+        cache statistics once the lock is held. While another session holds the lock,
+        ``should_stop()`` is checked every :data:`LOCK_POLL_S` (a response given up on, e.g.
+        past its first-token time-out, never takes the engine).
         """
-        with self.lock:
+        while not self.lock.acquire(timeout=LOCK_POLL_S):
+            if should_stop():
+                return
+        try:
+            if should_stop():
+                return
             on_start(PromptStats(len(tokens), self.cached_prefix(tokens)))
             chunks = self.llm.create_completion(
                 prompt=tokens,
@@ -177,6 +187,8 @@ class LlamaEngine:
                         yield text
             finally:
                 chunks.close()
+        finally:
+            self.lock.release()
 
 
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:

@@ -20,6 +20,10 @@ from speech_to_speech.shared import shared_model
 class MLXLMHandler(LocalLLMHandler):
     """Streams replies with ``mlx_lm.stream_generate``; stops between tokens when cancelled."""
 
+    # MLX streams belong to the thread that made them: generate on the stage's own thread
+    # (so no first-token time-out for this backend)
+    events_in_helper_thread = False
+
     def load(self) -> None:
         from mlx_lm import load
 

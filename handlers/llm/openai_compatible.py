@@ -6,15 +6,20 @@ and only translate their wire format into the four provider events; sentence
 batching, cancellation, history and errors live in
 :class:`~speech_to_speech.llm.BaseLLMHandler`.
 
-Limitation: cancellation is checked as the stream advances; a read blocked
-inside the HTTP client ends only at ``--request_timeout_s``.
+Time-outs: the stage reads :meth:`OpenAICompatibleHandler.events` in a helper thread and gives up
+after ``--first_token_timeout_s`` without a first token (streaming; a blocking request has only
+the total) or ``--request_timeout_s`` for the whole response; the user hears a short apology and
+the session goes on. A read still blocked in the HTTP client then is unblocked by shutting this
+handler's connections down (:meth:`OpenAICompatibleHandler.abort_request`), so no thread lingers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -104,6 +109,33 @@ class OpenAICompatibleHandler(BaseLLMHandler):
         self.extra_body = build_extra_body(cfg.responses_api_base_url, cfg.reasoning_effort)
         self.official = is_official_openai(cfg.responses_api_base_url)
         self._openai = openai
+
+    def response_timeout_s(self) -> float | None:
+        return self.config.request_timeout_s
+
+    def first_token_deadline_s(self, request: LLMRequest) -> float | None:
+        # a blocking request brings its first token with its last one: only the total applies
+        return super().first_token_deadline_s(request) if self.config.responses_api_stream else None
+
+    def abort_request(self) -> None:
+        """Shut down the sockets of this handler's HTTP connections (the SDK's httpx pool), which
+        ends a read blocked on them at once; the next request opens a new connection.
+
+        Reaches into httpx and httpcore internals, so it is best effort: without them the read
+        ends at the HTTP client's own read timeout (``request_timeout_s``).
+        """
+        try:
+            pool = self.client._client._transport._pool
+            connections = list(pool.connections)
+        except AttributeError:
+            logger.debug("%s: cannot reach the HTTP connections to abort them", self.name)
+            return
+        for connection in connections:
+            stream = getattr(getattr(connection, "_connection", None), "_network_stream", None)
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
         try:

@@ -1,0 +1,151 @@
+"""Time-outs of the LLM stage: a first token within ``first_token_timeout_s``, a whole response
+within ``request_timeout_s``, the user hearing a short apology soon, and the session going on.
+
+The provider is the scriptable ``/v1/responses`` server of :mod:`tests.responses_server`, reached
+through the real ``openai`` SDK; the engine lock of the in-process llama.cpp backend is exercised
+with a stand-in for the model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from handlers.llm.llama_cpp_llm import LlamaEngine
+from handlers.llm.openai_compatible import ResponsesAPIHandler
+from speech_to_speech.cancel import Gate
+from speech_to_speech.events import EventBus
+from speech_to_speech.llm import TIMEOUT_APOLOGY, BaseLLMHandler
+from speech_to_speech.llm_api import LLMConfig, LLMRequest, ProviderEvent, TextDelta
+from speech_to_speech.messages import Transcript, TTSInput
+from tests.responses_server import Reply, ResponsesServer, Text
+from tests.test_openai_backends import ask, check_response, make_handler, spoken
+
+#: first-token limit used here, s; the provider stalls far longer
+FIRST_TOKEN_S = 1.0
+#: how late the apology may come after the limit on a busy machine, s
+SLACK_S = 2.5
+
+
+def provider_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.endswith(":provider")]
+
+
+def wait_no_provider_threads(timeout_s: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while provider_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return provider_threads()
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[ResponsesServer]:
+    with ResponsesServer() as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [
+        pytest.param(Reply([Text(["Too late."])], delay_s=60), id="before-headers"),
+        pytest.param(Reply([Text(["Too late."])], delay_s=60, delay_at=2), id="after-headers"),
+    ],
+)
+def test_stall_before_the_first_token_is_answered_within_the_first_token_timeout(
+    provider: ResponsesServer, stall: Reply
+) -> None:
+    provider.script(stall, Reply([Text(["Back again."])]))
+    handler = make_handler(
+        ResponsesAPIHandler, provider.base_url, first_token_timeout_s=FIRST_TOKEN_S, request_timeout_s=20
+    )
+    started = time.monotonic()
+    out = ask(handler)
+    took = time.monotonic() - started
+    end = check_response(out)
+    assert FIRST_TOKEN_S <= took < FIRST_TOKEN_S + SLACK_S, took
+    assert spoken(out) == [TIMEOUT_APOLOGY]
+    assert end.error and "first token" in end.error
+    assert not wait_no_provider_threads(), "the stalled request's reader thread lingers"
+    # the session goes on: the next turn is answered
+    out = ask(handler, "again")
+    assert check_response(out).error is None
+    assert spoken(out) == ["Back again."]
+
+
+def test_a_slow_but_steady_stream_is_not_cut(provider: ResponsesServer) -> None:
+    # the first token in time, then a pause longer than the first-token limit (event 5 is the
+    # second delta), all within the total: no time-out
+    provider.script(Reply([Text(["One.", " Two."])], delay_s=1.5 * FIRST_TOKEN_S, delay_at=5))
+    handler = make_handler(ResponsesAPIHandler, provider.base_url, first_token_timeout_s=FIRST_TOKEN_S)
+    out = ask(handler)
+    assert check_response(out).error is None
+    assert " ".join(spoken(out)) == "One. Two."
+
+
+def test_blocking_requests_have_only_the_total(provider: ResponsesServer) -> None:
+    # a blocking request brings its first token with its last: the first-token limit does not apply
+    provider.script(Reply([Text(["Whole answer."])], delay_s=1.5))
+    handler = make_handler(
+        ResponsesAPIHandler, provider.base_url, first_token_timeout_s=0.5, responses_api_stream=False
+    )
+    out = ask(handler)
+    assert check_response(out).error is None
+    assert spoken(out) == ["Whole answer."]
+
+
+class BlockedBackend(BaseLLMHandler):
+    """A backend stuck before its first token until told to stop (an engine busy elsewhere)."""
+
+    def load(self) -> None:
+        self.released = threading.Event()
+
+    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
+        while not should_stop():
+            time.sleep(0.01)
+        self.released.set()
+        yield TextDelta("never heard")
+
+
+def test_an_in_process_backend_gets_the_first_token_timeout_and_is_stopped() -> None:
+    llm = BlockedBackend(
+        threading.Event(), None, None, Gate(), EventBus(), config=LLMConfig(first_token_timeout_s=0.5), name="llm"
+    )
+    llm.setup()
+    started = time.monotonic()
+    out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "hello")))
+    assert time.monotonic() - started < 0.5 + SLACK_S
+    assert [m.text for m in out if isinstance(m, TTSInput)] == [TIMEOUT_APOLOGY]
+    assert llm.released.wait(2), "the backend was never told to stop"
+    assert not wait_no_provider_threads()
+
+
+class _FakeLlama:
+    """Stands in for ``llama_cpp.Llama`` in :class:`LlamaEngine` (the lock is what is tested)."""
+
+    n_tokens = 0
+    _input_ids: Any = None
+
+    def create_completion(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield {"choices": [{"text": "hi"}]}
+
+
+def test_llama_engine_gives_up_waiting_for_its_lock_when_stopped() -> None:
+    engine = LlamaEngine.__new__(LlamaEngine)  # no model: only the lock matters here
+    engine.lock = threading.Lock()
+    engine.llm = _FakeLlama()
+    engine.cached_prefix = lambda tokens: 0  # type: ignore[method-assign]
+    stop = threading.Event()
+    started: list[Any] = []
+    with engine.lock:  # another session is generating
+        threading.Timer(0.2, stop.set).start()
+        began = time.monotonic()
+        pieces = list(engine.stream([1, 2], 8, 0.0, stop.is_set, started.append))
+        waited = time.monotonic() - began
+    assert pieces == [] and started == []  # never took the engine
+    assert 0.2 <= waited < 0.2 + SLACK_S
+    assert list(engine.stream([1, 2], 8, 0.0, lambda: False, started.append)) == ["hi"]
+    assert not engine.lock.locked()

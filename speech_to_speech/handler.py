@@ -7,7 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from speech_to_speech.cancel import Gate
 from speech_to_speech.events import EventBus, StageError
@@ -19,6 +19,25 @@ logger = logging.getLogger(__name__)
 #: ``extra`` for log records of failures that are also published as events (and so shown
 #: by the console): a console log filter drops them to show each failure once
 SHOWN_AS_EVENT = {"shown_as_event": True}
+
+
+class StageControl:
+    """A control message for one kind of stage: applied in that stage's own thread, in order
+    with the data around it (so a setting changed before a request holds for that request).
+
+    This is how another thread changes a running stage (a realtime session's update reaching
+    the VAD or the LLM, a history edit): subclasses name the stage base class in ``target``
+    and change the stage in :meth:`apply`. :class:`~speech_to_speech.handler.BaseHandler`
+    applies it when it reaches a stage of that class and forwards it, unchanged, through any
+    other stage. It carries no stamp and is never stale.
+    """
+
+    target: ClassVar[type] = object
+    bypasses_gate: ClassVar[bool] = True
+
+    def apply(self, stage: Any) -> None:
+        """Change ``stage`` (runs in its thread, between two items)."""
+        raise NotImplementedError
 
 
 class BaseHandler(threading.Thread):
@@ -151,7 +170,21 @@ class BaseHandler(threading.Thread):
                 if self.output_queue is not None:
                     self.output_queue.put_unless_stopped(END_OF_STREAM, self.stop_event)
                 return
+            if isinstance(item, StageControl):
+                self._control(item)
+                continue
             self._guarded(self.process, item)
+
+    def _control(self, control: StageControl) -> None:
+        """Apply ``control`` if it is for this stage, else pass it on unchanged."""
+        if not isinstance(self, control.target):
+            self.emit(control)
+            return
+        try:
+            control.apply(self)
+        except Exception as exc:
+            logger.exception("%s failed on %s", self.name, type(control).__name__, extra=SHOWN_AS_EVENT)
+            self.bus.publish(StageError(0, stage=self.name, message=f"{type(exc).__name__}: {exc}"))
 
     def _guarded(self, method: Any, item: Any) -> None:
         try:

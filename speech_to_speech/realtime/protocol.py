@@ -9,8 +9,12 @@ of the session.
 from __future__ import annotations
 
 import json
+import typing
 import uuid
 from typing import Any
+
+import pydantic
+from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
 
 
 class ProtocolError(ValueError):
@@ -43,11 +47,81 @@ def error_event(
     kind: str = "invalid_request_error",
     param: str | None = None,
 ) -> dict[str, Any]:
-    """An ``error`` server event."""
-    return {
-        "type": "error",
-        "error": {"type": kind, "code": code, "message": message, "param": param, "event_id": event_id},
-    }
+    """An ``error`` server event (``event_id`` echoes the offending client event's)."""
+    error = {"type": kind, "code": code, "message": message, "param": param, "event_id": event_id}
+    return server_event("error", error=error)
+
+
+def protocol_error_event(exc: ProtocolError) -> dict[str, Any]:
+    """The ``error`` event that reports ``exc``."""
+    return error_event(exc.code, exc.message, exc.event_id, param=exc.param)
+
+
+def _models_by_type(union: Any) -> dict[str, type[pydantic.BaseModel]]:
+    """The SDK's model class for each event type of a (discriminated) event union."""
+    members = typing.get_args(typing.get_args(union)[0])
+    return {typing.get_args(m.model_fields["type"].annotation)[0]: m for m in members}
+
+
+#: the openai SDK's model for each client event type (all 11 of the GA protocol)
+CLIENT_EVENT_MODELS = _models_by_type(RealtimeClientEvent)
+#: the openai SDK's model for each server event type
+SERVER_EVENT_MODELS = _models_by_type(RealtimeServerEvent)
+
+
+def parse_client_event(raw: str | bytes) -> pydantic.BaseModel:
+    """Decode one client message and validate it with the SDK's model for its type.
+
+    A ``session`` without a ``type`` is a realtime session, and a ``turn_detection``
+    without one is ``server_vad`` (as older clients send them).
+
+    Raises:
+        ProtocolError: not JSON, not an object, no string ``type``, an unknown type
+            (``unknown_event``) or a field of the wrong shape (``invalid_value``, with
+            ``param`` naming it); ``event_id`` is the event's when it has one.
+    """
+    event = parse_event(raw)
+    event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+    model = CLIENT_EVENT_MODELS.get(event["type"])
+    if model is None:
+        raise ProtocolError("unknown_event", f"unsupported client event type {event['type']!r}", event_id)
+    _fill_defaults(event)
+    try:
+        return model.model_validate(event)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(part) for part in first["loc"] if not _is_union_tag(part))
+        message = f"{event['type']}: '{param}': {first['msg']}"
+        raise ProtocolError("invalid_value", message, event_id, param=param or None) from None
+
+
+def _is_union_tag(part: Any) -> bool:
+    """A pydantic location part that names a union member (``RealtimeSessionCreateRequest``), not a field."""
+    return isinstance(part, str) and (part[:1].isupper() or part.startswith("function-"))
+
+
+def _fill_defaults(event: dict[str, Any]) -> None:
+    session = event.get("session")
+    if event["type"] == "session.update" and isinstance(session, dict):
+        session.setdefault("type", "realtime")
+        audio = session.get("audio")
+        audio_in = audio.get("input") if isinstance(audio, dict) else None
+        turn = audio_in.get("turn_detection") if isinstance(audio_in, dict) else None
+        if isinstance(turn, dict):
+            turn.setdefault("type", "server_vad")
+
+
+def server_event(kind: str, **fields: Any) -> dict[str, Any]:
+    """A server event of type ``kind``, built and checked with the SDK's model for it.
+
+    Returns:
+        The event as sent (the fields given, an ``event_id`` and the type), JSON-ready.
+
+    Raises:
+        pydantic.ValidationError: the fields do not make a valid event (a bug).
+    """
+    event = SERVER_EVENT_MODELS[kind].model_validate({"type": kind, "event_id": new_id("event"), **fields})
+    return event.model_dump(mode="json", exclude_unset=True)
 
 
 def parse_event(raw: str | bytes) -> dict[str, Any]:

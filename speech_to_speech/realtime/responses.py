@@ -2,11 +2,24 @@
 
 :class:`ResponseOutput` keeps the protocol state of each response (ids, output items, what was
 sent and when it plays) and is called from the pipeline's threads: the session's event handler
-(response started, tool call ready) and the client sink (audio, text, end of response).
+(response started, tool call ready) and the client sink (audio, text, end of response). Every
+output item also enters the :class:`~speech_to_speech.realtime.conversation.Conversation`
+(``conversation.item.added`` when it starts, ``conversation.item.done`` when it is complete).
+
+Order of one spoken reply, as the GA protocol sends it: ``response.created``,
+``response.output_item.added``, ``conversation.item.added``, ``response.content_part.added``,
+``response.output_audio.delta`` / ``response.output_audio_transcript.delta`` ...,
+``response.output_audio.done``, ``response.output_audio_transcript.done``,
+``response.content_part.done``, ``response.output_item.done``, ``conversation.item.done``,
+``response.done`` (with usage, always). A function call is announced as soon as it exists:
+``response.output_item.added``, ``conversation.item.added``,
+``response.function_call_arguments.delta`` / ``.done``, ``response.output_item.done``,
+``conversation.item.done``.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.cancel import Gate
+from speech_to_speech.cancel import Gate, Stamp
 from speech_to_speech.events import ToolCallReady
 from speech_to_speech.messages import AudioOutput, EndOfResponse, TextOutput
-from speech_to_speech.realtime.protocol import new_id
+from speech_to_speech.realtime.conversation import Conversation
+from speech_to_speech.realtime.protocol import new_id, server_event
 from speech_to_speech.realtime.wire import WIRE_RATE, encode_audio
 
 Emit = Callable[..., None]
@@ -32,7 +46,8 @@ class _Response:
     turn_id: int
     item_id: str
     modalities: list[str]
-    started: bool = False  # output item announced
+    metadata: dict[str, str] | None = None
+    started: bool = False  # message item announced
     message_index: int = 0  # the message's output_index (its slot in ``outputs`` from its announcement)
     transcript: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
@@ -41,6 +56,10 @@ class _Response:
     audio_ms: float = 0.0
     client_cancelled: bool = False  # ended by response.cancel (else by the user speaking)
 
+    @property
+    def audio(self) -> bool:
+        return self.modalities != ["text"]
+
 
 class ResponseOutput:
     """Responses of one session, from ``response.created`` to ``response.done``.
@@ -48,12 +67,14 @@ class ResponseOutput:
     Args:
         emit: sends a server event (optionally stamped, so it is dropped once stale).
         gate: the session's validity gate.
+        conversation: the session's conversation, which every output item joins.
         on_failed: called when a response fails (the session discards its prefetch).
     """
 
-    def __init__(self, emit: Emit, gate: Gate, on_failed: Callable[[], None]) -> None:
+    def __init__(self, emit: Emit, gate: Gate, conversation: Conversation, on_failed: Callable[[], None]) -> None:
         self.emit = emit
         self.gate = gate
+        self.conversation = conversation
         self._on_failed = on_failed
         self.lock = threading.RLock()
         self._responses: dict[int, _Response] = {}
@@ -66,51 +87,38 @@ class ResponseOutput:
         with self.lock:
             return self._assistant_items.get(item_id)
 
-    def start(self, turn_id: int, modalities: list[str]) -> None:
+    def _send(self, kind: str, stamp: Stamp | None = None, **fields: Any) -> None:
+        self.emit(server_event(kind, **fields), stamp)
+
+    def _added(self, response: _Response, index: int, item: dict[str, Any], ref: tuple[str, Any]) -> None:
+        previous = self.conversation.add(item, ref)
+        self._send("response.output_item.added", response_id=response.id, output_index=index, item=item)
+        self._send("conversation.item.added", previous_item_id=previous, item=item)
+
+    def _done(self, response: _Response, index: int, item: dict[str, Any]) -> None:
+        self.conversation.update(item["id"], **item)
+        self._send("response.output_item.done", response_id=response.id, output_index=index, item=item)
+        self._send("conversation.item.done", item=item)
+
+    # -- from the session's event handler -----------------------------------------------------
+    def start(self, turn_id: int, modalities: list[str], metadata: dict[str, str] | None = None) -> None:
+        """``response.created`` for the response of turn ``turn_id`` (echoing the request's metadata)."""
         with self.lock:
-            response = _Response(new_id("resp"), turn_id, new_id("item"), list(modalities))
+            response = _Response(new_id("resp"), turn_id, new_id("item"), list(modalities), metadata)
             self._responses[turn_id] = response
             self.active = response
-        self.emit(
-            {
-                "type": "response.created",
-                "response": {
-                    "id": response.id,
-                    "object": "realtime.response",
-                    "status": "in_progress",
-                    "output": [],
-                    "output_modalities": modalities,
-                },
-            }
-        )
-
-    def _announce_message(self, response: _Response) -> None:
-        if response.started:
-            return
-        response.started = True
-        audio = response.modalities != ["text"]
-        part = {"type": "audio", "transcript": ""} if audio else {"type": "text", "text": ""}
-        item = {"id": response.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
-        with self.lock:  # the message takes the next output slot now; a tool call announced later, the next
-            response.message_index = len(response.outputs)
-            response.outputs.append(item)
-        base = {"response_id": response.id, "output_index": response.message_index}
-        self.emit({"type": "response.output_item.added", **base, "item": item})
-        self.emit(
-            {
-                "type": "response.content_part.added",
-                **base,
-                "item_id": response.item_id,
-                "content_index": 0,
-                "part": part,
-            }
-        )
-        with self.lock:
-            self._assistant_items[response.item_id] = response
-            while len(self._assistant_items) > 64:
-                self._assistant_items.pop(next(iter(self._assistant_items)))
+        body = {
+            "id": response.id,
+            "object": "realtime.response",
+            "status": "in_progress",
+            "output": [],
+            "output_modalities": response.modalities,
+            "metadata": metadata,
+        }
+        self._send("response.created", response=body)
 
     def tool_call(self, event: ToolCallReady) -> None:
+        """A function call of a response exists: announce it (before the audio in front of it has played)."""
         with self.lock:
             response = self._responses.get(event.turn_id)
         if response is None:
@@ -118,28 +126,52 @@ class ResponseOutput:
         item = {
             "id": new_id("item"),
             "type": "function_call",
+            "object": "realtime.item",
             "status": "completed",
             "call_id": event.call_id,
             "name": event.name,
             "arguments": event.arguments,
         }
         with self.lock:  # the sink may be announcing the message at the same time
-            base = {"response_id": response.id, "output_index": len(response.outputs)}
+            index = len(response.outputs)
             response.outputs.append(item)
-        self.emit(
-            {"type": "response.output_item.added", **base, "item": {**item, "status": "in_progress", "arguments": ""}}
-        )
-        self.emit(
-            {
-                "type": "response.function_call_arguments.done",
-                **base,
-                "item_id": item["id"],
-                "call_id": event.call_id,
-                "name": event.name,
-                "arguments": event.arguments,
-            }
-        )
-        self.emit({"type": "response.output_item.done", **base, "item": item})
+        self._added(response, index, {**item, "status": "in_progress", "arguments": ""}, ("call", event.call_id))
+        base = {"response_id": response.id, "output_index": index, "item_id": item["id"], "call_id": event.call_id}
+        self._send("response.function_call_arguments.delta", **base, delta=event.arguments)
+        self._send("response.function_call_arguments.done", **base, name=event.name, arguments=event.arguments)
+        self._done(response, index, item)
+
+    # -- from the client sink -------------------------------------------------------------------
+    def _announce_message(self, response: _Response) -> None:
+        if response.started:
+            return
+        response.started = True
+        part = {"type": "audio", "transcript": ""} if response.audio else {"type": "text", "text": ""}
+        item = {
+            "id": response.item_id,
+            "type": "message",
+            "object": "realtime.item",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        with self.lock:  # the message takes the next output slot now; a tool call announced later, the next
+            response.message_index = len(response.outputs)
+            response.outputs.append(item)
+            self._assistant_items[response.item_id] = response
+            while len(self._assistant_items) > 64:
+                self._assistant_items.pop(next(iter(self._assistant_items)))
+        self._added(response, response.message_index, item, ("reply", response.turn_id))
+        self._send("response.content_part.added", **self._part_base(response), part=part)
+
+    @staticmethod
+    def _part_base(response: _Response) -> dict[str, Any]:
+        return {
+            "response_id": response.id,
+            "item_id": response.item_id,
+            "output_index": response.message_index,
+            "content_index": 0,
+        }
 
     def on_audio(self, item: AudioOutput, samples: np.ndarray) -> None:
         """A chunk of assistant audio is due: send it (and the words it speaks)."""
@@ -147,24 +179,12 @@ class ResponseOutput:
         if response is None:
             return
         self._announce_message(response)
-        base = {
-            "response_id": response.id,
-            "item_id": response.item_id,
-            "output_index": response.message_index,
-            "content_index": 0,
-        }
-        self.emit(
-            {
-                "type": "response.output_audio.delta",
-                **base,
-                "delta": encode_audio(samples),
-            },
-            item.stamp,
-        )
+        base = self._part_base(response)
+        self._send("response.output_audio.delta", item.stamp, **base, delta=encode_audio(samples))
         if item.text:
             response.transcript.append(item.text)
             response.spoken.append((response.audio_ms, item.text))
-            self.emit({"type": "response.output_audio_transcript.delta", **base, "delta": item.text}, item.stamp)
+            self._send("response.output_audio_transcript.delta", item.stamp, **base, delta=item.text)
         response.audio_ms += 1000 * len(samples) / WIRE_RATE
 
     def on_text_delta(self, item: TextOutput) -> None:
@@ -174,13 +194,7 @@ class ResponseOutput:
             return
         self._announce_message(response)
         response.text.append(item.text)
-        base = {
-            "response_id": response.id,
-            "item_id": response.item_id,
-            "output_index": response.message_index,
-            "content_index": 0,
-        }
-        self.emit({"type": "response.output_text.delta", **base, "delta": item.text}, item.stamp)
+        self._send("response.output_text.delta", item.stamp, **self._part_base(response), delta=item.text)
 
     def on_response_end(self, end: EndOfResponse) -> None:
         """The response's output has played: close its items and send ``response.done``."""
@@ -195,54 +209,8 @@ class ResponseOutput:
             status = "cancelled"  # also a reply fully generated, then cut while it played
         elif end.error is not None:
             status = "failed"
-        base = {"response_id": response.id, "output_index": response.message_index}
         if response.started:
-            audio = response.modalities != ["text"]
-            if audio:
-                transcript = "".join(response.transcript).strip()
-                self.emit(
-                    {"type": "response.output_audio.done", **base, "item_id": response.item_id, "content_index": 0}
-                )
-                self.emit(
-                    {
-                        "type": "response.output_audio_transcript.done",
-                        **base,
-                        "item_id": response.item_id,
-                        "content_index": 0,
-                        "transcript": transcript,
-                    }
-                )
-                part = {"type": "audio", "transcript": transcript}
-            else:
-                text = "".join(response.text)
-                self.emit(
-                    {
-                        "type": "response.output_text.done",
-                        **base,
-                        "item_id": response.item_id,
-                        "content_index": 0,
-                        "text": text,
-                    }
-                )
-                part = {"type": "text", "text": text}
-            item = {
-                "id": response.item_id,
-                "type": "message",
-                "role": "assistant",
-                "status": "completed" if status == "completed" else "incomplete",
-                "content": [{**part, "type": "output_audio" if audio else "output_text"}],
-            }
-            self.emit(
-                {
-                    "type": "response.content_part.done",
-                    **base,
-                    "item_id": response.item_id,
-                    "content_index": 0,
-                    "part": part,
-                }
-            )
-            self.emit({"type": "response.output_item.done", **base, "item": item})
-            response.outputs[response.message_index] = item
+            self._close_message(response, status)
         usage = {
             "input_tokens": end.usage.get("input_tokens", 0),
             "output_tokens": end.usage.get("output_tokens", 0),
@@ -253,21 +221,41 @@ class ResponseOutput:
             self._on_failed()
             details = {"type": "failed", "error": {"type": "server_error", "message": end.error}}
         elif status == "cancelled":
-            details = {
-                "type": "cancelled",
-                "reason": "client_cancelled" if response.client_cancelled else "turn_detected",
-            }
-        self.emit(
-            {
-                "type": "response.done",
-                "response": {
-                    "id": response.id,
-                    "object": "realtime.response",
-                    "status": status,
-                    "status_details": details,
-                    "output": response.outputs,
-                    "output_modalities": response.modalities,
-                    "usage": usage,
-                },
-            }
-        )
+            reason = "client_cancelled" if response.client_cancelled else "turn_detected"
+            details = {"type": "cancelled", "reason": reason}
+        body = {
+            "id": response.id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": details,
+            "output": copy.deepcopy(response.outputs),
+            "output_modalities": response.modalities,
+            "metadata": response.metadata,
+            "usage": usage,
+        }
+        self._send("response.done", response=body)
+
+    def _close_message(self, response: _Response, status: str) -> None:
+        base = self._part_base(response)
+        if response.audio:
+            transcript = "".join(response.transcript).strip()
+            self._send("response.output_audio.done", **base)
+            self._send("response.output_audio_transcript.done", **base, transcript=transcript)
+            part = {"type": "audio", "transcript": transcript}
+            content = {"type": "output_audio", "transcript": transcript}
+        else:
+            text = "".join(response.text)
+            self._send("response.output_text.done", **base, text=text)
+            part = {"type": "text", "text": text}
+            content = {"type": "output_text", "text": text}
+        self._send("response.content_part.done", **base, part=part)
+        item = {
+            "id": response.item_id,
+            "type": "message",
+            "object": "realtime.item",
+            "role": "assistant",
+            "status": "completed" if status == "completed" else "incomplete",
+            "content": [content],
+        }
+        response.outputs[response.message_index] = item
+        self._done(response, response.message_index, item)

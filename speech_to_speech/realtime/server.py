@@ -24,8 +24,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from speech_to_speech.realtime.protocol import ProtocolError, error_event, parse_event
-from speech_to_speech.realtime.session import RealtimeSession, SessionLimits, dispatch
+from speech_to_speech.realtime.protocol import error_event
+from speech_to_speech.realtime.session import RealtimeSession, SessionLimits
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class RealtimeServer:
         try:
             await loop.run_in_executor(None, session.start)
             async for message in connection:
-                self._receive(session, message)
+                session.handle(message)
         except ConnectionClosed:
             pass
         except RuntimeError as exc:  # a stage could not start
@@ -104,21 +104,6 @@ class RealtimeServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
             logger.info("session %s closed", session.id)
-
-    @staticmethod
-    def _receive(session: RealtimeSession, message: str | bytes) -> None:
-        event_id = None
-        try:
-            if isinstance(message, bytes):
-                raise ProtocolError("invalid_event", "binary frames are not supported; send JSON text")
-            event = parse_event(message)
-            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-            dispatch(session, event)
-        except ProtocolError as exc:
-            session.emit(error_event(exc.code, exc.message, event_id or exc.event_id))
-        except Exception as exc:  # a bug must not end the session
-            logger.exception("session %s: event handling failed", session.id)
-            session.emit(error_event("server_error", f"{type(exc).__name__}: {exc}", event_id, kind="server_error"))
 
     @staticmethod
     async def _pump(connection: ServerConnection, outbox: asyncio.Queue[dict[str, Any]]) -> None:

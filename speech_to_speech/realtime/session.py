@@ -1,10 +1,11 @@
-"""One client of the realtime server: its pipeline, its state, and the client events' handlers.
+"""One client of the realtime server: its state, and the handlers of the client events.
 
-The session speaks the core of the OpenAI Realtime protocol (GA event names).
-Stages run in threads as in local mode; protocol events produced in those
-threads reach the asyncio side through :meth:`RealtimeSession.emit`, which
-hands them over with ``loop.call_soon_threadsafe`` (no polling).
-:data:`HANDLERS` maps each client event type to the session method that applies it.
+The session speaks the OpenAI Realtime protocol (GA event names). Client events arrive parsed
+into the openai SDK's own types (:func:`~speech_to_speech.realtime.protocol.parse_client_event`)
+and :data:`HANDLERS` maps each of the 11 client event types to its handler. Stages run in
+threads as in local mode; protocol events produced in those threads reach the asyncio side
+through :meth:`RealtimeSession.emit`, which hands them over with ``loop.call_soon_threadsafe``
+(no polling). Changes to running stages travel as messages (:mod:`.controls`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ from typing import Any
 
 import numpy as np
 import soxr
+from openai.types.realtime import (
+    ConversationItemCreateEvent,
+    ConversationItemDeleteEvent,
+    ConversationItemRetrieveEvent,
+    ConversationItemTruncateEvent,
+    InputAudioBufferAppendEvent,
+    ResponseCancelEvent,
+    ResponseCreateEvent,
+    SessionUpdateEvent,
+)
 
 from speech_to_speech.cancel import Gate, Stamp
 from speech_to_speech.cli import config_from_args
@@ -41,24 +52,32 @@ from speech_to_speech.events import (
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.lm_output import LMOutputProcessor
-from speech_to_speech.messages import (
-    AudioChunk,
-    FunctionOutput,
-    ResponseRequest,
-    SpeechSegment,
-    Transcript,
-)
+from speech_to_speech.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
 from speech_to_speech.playback import Interrupt
 from speech_to_speech.prefetch import PrefetchCoordinator
 from speech_to_speech.queues import StageQueue
-from speech_to_speech.realtime.protocol import ProtocolError, check_tools, error_event, new_id
+from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
+from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, VADSettings
+from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
+from speech_to_speech.realtime.protocol import (
+    ProtocolError,
+    check_tools,
+    error_event,
+    new_id,
+    parse_client_event,
+    protocol_error_event,
+    server_event,
+)
 from speech_to_speech.realtime.responses import ResponseOutput
 from speech_to_speech.realtime.sink import ClientSink
 from speech_to_speech.realtime.wire import WIRE_RATE, decode_audio
 from speech_to_speech.registry import get_backend
-from speech_to_speech.vad import SAMPLE_RATE, BaseVADHandler, Endpointer
+from speech_to_speech.vad import SAMPLE_RATE, BaseVADHandler
 
 logger = logging.getLogger(__name__)
+
+#: response.create fields this server does not act on (reported; the response is still made)
+_IGNORED_RESPONSE_FIELDS = ("prompt", "reasoning", "parallel_tool_calls")
 
 
 @dataclass
@@ -99,26 +118,19 @@ class RealtimeSession:
         self.gate = Gate()
         self.bus = EventBus()
         self.lock = threading.RLock()
-        self.instructions = ""
-        self.voice = "joe"
-        self.output_modalities = ["audio"]
-        self.turn_detection: dict[str, Any] | None = {
-            "type": "server_vad",
-            "threshold": args.vad_threshold,
-            "silence_duration_ms": args.min_silence_ms,
-            "prefix_padding_ms": args.speech_pad_ms,
-            "interrupt_response": True,
-            "create_response": True,
-        }
-        self.tools: list[dict[str, Any]] = []
-        self.tool_choice = "auto"
+        self.config = SessionConfig.from_args(args)
+        self.conversation = Conversation()
         self._resampler = soxr.ResampleStream(WIRE_RATE, SAMPLE_RATE, 1, dtype="float32")
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
         self._offset = 0
         self._user_items: dict[int, str] = {}
         self._input_audio_s: dict[int, float] = {}  # per turn: seconds of audio sent to STT
-        self.output = ResponseOutput(self.emit, self.gate, lambda: self._discard_prefetch("response failed"))
+        self._requested: dict[int, tuple[list[str], dict[str, str] | None]] = {}  # turn -> modalities, metadata
+        self._claiming: tuple[list[str], dict[str, str] | None] | None = None  # while a prefetch is claimed
+        self.output = ResponseOutput(
+            self.emit, self.gate, self.conversation, lambda: self._discard_prefetch("response failed")
+        )
         self._build()
 
     # -- pipeline -----------------------------------------------------------------------
@@ -181,7 +193,7 @@ class RealtimeSession:
             if s.setup_error is not None:
                 self.close()
                 raise RuntimeError(f"{s.name}: {s.setup_error}")
-        self.emit({"type": "session.created", "session": self.session_object()})
+        self.emit(server_event("session.created", session=self.session_object()))
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop every stage of this session and join its threads."""
@@ -212,91 +224,57 @@ class RealtimeSession:
             return
         self._send(event)
 
+    def handle(self, raw: str | bytes) -> None:
+        """Apply one client message; bad input gets an ``error`` event (echoing its ``event_id``)."""
+        event_id = None
+        try:
+            if isinstance(raw, bytes):
+                raise ProtocolError("invalid_event", "binary frames are not supported; send JSON text")
+            event = parse_client_event(raw)
+            event_id = event.event_id  # type: ignore[attr-defined]
+            HANDLERS[event.type](self, event)  # type: ignore[attr-defined]
+        except ProtocolError as exc:
+            exc.event_id = exc.event_id or event_id
+            self.emit(protocol_error_event(exc))
+        except Exception as exc:  # a bug must not end the session
+            logger.exception("session %s: event handling failed", self.id)
+            self.emit(error_event("server_error", f"{type(exc).__name__}: {exc}", event_id, kind="server_error"))
+
     # -- session configuration ----------------------------------------------------------
     def session_object(self) -> dict[str, Any]:
         """The session as the protocol describes it."""
-        return {
-            "type": "realtime",
-            "id": self.id,
-            "object": "realtime.session",
-            "model": self.args.llm_backend,
-            "instructions": self.instructions,
-            "output_modalities": list(self.output_modalities),
-            "audio": {
-                "input": {
-                    "format": {"type": "audio/pcm", "rate": WIRE_RATE},
-                    "turn_detection": copy.deepcopy(self.turn_detection),
-                    "transcription": {"model": self.args.stt},
-                },
-                "output": {"format": {"type": "audio/pcm", "rate": WIRE_RATE}, "voice": self.voice},
-            },
-            "tools": copy.deepcopy(self.tools),
-            "tool_choice": self.tool_choice,
-        }
+        return self.config.session_object(self.id, self.args.llm_backend)
 
-    def update_session(self, session: dict[str, Any]) -> None:
-        """Apply a ``session.update``; raises ProtocolError without changing anything on bad input."""
-        if not isinstance(session, dict):
-            raise ProtocolError("invalid_value", "'session' must be an object")
-        instructions = session.get("instructions", self.instructions)
-        modalities = session.get("output_modalities", self.output_modalities)
-        tools = session.get("tools", self.tools)
-        tool_choice = session.get("tool_choice", self.tool_choice)
-        audio = {} if session.get("audio") is None else session["audio"]
-        if not isinstance(instructions, str):
-            raise ProtocolError("invalid_value", "'instructions' must be a string")
-        if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"audio", "text"}:
-            raise ProtocolError("invalid_value", "'output_modalities' must be ['audio'] or ['text']")
-        check_tools(tools, tool_choice)
-        if not isinstance(audio, dict):
-            raise ProtocolError("invalid_value", "'audio' must be an object")
-        audio_in, audio_out = ({} if audio.get(k) is None else audio[k] for k in ("input", "output"))
-        if not isinstance(audio_in, dict) or not isinstance(audio_out, dict):
-            raise ProtocolError("invalid_value", "'audio.input' and 'audio.output' must be objects")
-        for part in (audio_in, audio_out):
-            fmt = part.get("format") if isinstance(part, dict) else None
-            if fmt is not None and (
-                not isinstance(fmt, dict) or fmt.get("type") != "audio/pcm" or fmt.get("rate", WIRE_RATE) != WIRE_RATE
-            ):
-                raise ProtocolError("unsupported_audio_format", f"only audio/pcm at {WIRE_RATE} Hz is supported")
-        turn_detection = (
-            audio_in.get("turn_detection", self.turn_detection) if isinstance(audio_in, dict) else self.turn_detection
-        )
-        if turn_detection is not None:
-            if not isinstance(turn_detection, dict) or turn_detection.get("type", "server_vad") != "server_vad":
-                raise ProtocolError("invalid_value", "turn_detection must be null or {'type': 'server_vad', ...}")
-            threshold = turn_detection.get("threshold", self.args.vad_threshold)
-            if not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
-                raise ProtocolError("invalid_value", "turn_detection.threshold must be in (0, 1)")
-            turn_detection = {**(self.turn_detection or {}), "type": "server_vad", **turn_detection}
-        voice = audio_out.get("voice", self.voice) if isinstance(audio_out, dict) else self.voice
+    def update_session(self, event: SessionUpdateEvent) -> None:
+        """``session.update``: a field the server does not support gets an error; the rest applies."""
+        if event.session.type != "realtime":
+            raise ProtocolError("unsupported_parameter", "only realtime sessions are supported", param="session.type")
+        config, problems = apply_update(self.config, event.session, self.args)
+        for problem in problems:
+            problem.event_id = event.event_id
+            self.emit(protocol_error_event(problem))
         self._discard_prefetch("session.update")
         with self.lock:
-            self.instructions = instructions
-            self.output_modalities = ["text"] if modalities == ["text"] else ["audio"]
-            self.llm.default_wants_audio = self.output_modalities == ["audio"]
-            self.tools = copy.deepcopy(tools)
-            self.tool_choice = tool_choice
-            self.voice = str(voice)
-            self.turn_detection = turn_detection
-            self.llm.config.system_prompt = instructions
-            self.llm.tools = copy.deepcopy(tools)
-            self.llm.tool_choice = tool_choice
-            if turn_detection is not None:
-                cfg = self.vad.config
-                cfg.vad_threshold = float(turn_detection.get("threshold", cfg.vad_threshold))
-                cfg.min_silence_ms = int(turn_detection.get("silence_duration_ms", cfg.min_silence_ms))
-                cfg.speech_pad_ms = int(turn_detection.get("prefix_padding_ms", cfg.speech_pad_ms))
-                cfg.interrupt_response = bool(turn_detection.get("interrupt_response", True))
-                self.vad.create_response = bool(turn_detection.get("create_response", True))
-                self.vad.endpointer = Endpointer(cfg)
-        self.emit({"type": "session.updated", "session": self.session_object()})
+            self.config = config
+        max_tokens = config.max_output_tokens if isinstance(config.max_output_tokens, int) else None
+        self._enqueue(
+            LLMSettings(
+                config.instructions,
+                copy.deepcopy(config.tools),
+                config.tool_choice,
+                config.wants_audio,
+                max_tokens or self.args.max_new_tokens,
+            )
+        )
+        if config.turn_detection is not None:
+            self._to_vad(VADSettings(**config.turn_detection.vad_settings()))
+        self.emit(server_event("session.updated", session=self.session_object()))
 
     # -- input audio ------------------------------------------------------------------------
-    def append_audio(self, audio_b64: Any) -> None:
+    def append_audio(self, event: InputAudioBufferAppendEvent) -> None:
         """``input_audio_buffer.append``: base64 pcm16 at 24 kHz."""
-        samples = self._resampler.resample_chunk(decode_audio(audio_b64))
-        if self.turn_detection is None:
+        samples = self._resampler.resample_chunk(decode_audio(event.audio))
+        if self.config.turn_detection is None:
             if (self._buffered + len(samples)) / SAMPLE_RATE > self.limits.max_buffer_s:
                 raise ProtocolError(
                     "input_audio_buffer_full", f"the input buffer holds at most {self.limits.max_buffer_s:g} s"
@@ -304,16 +282,18 @@ class RealtimeSession:
             self._buffer.append(samples)
             self._buffered += len(samples)
             return
-        chunk = AudioChunk(samples, SAMPLE_RATE, time.monotonic(), self._offset)
+        self._to_vad(AudioChunk(samples, SAMPLE_RATE, time.monotonic(), self._offset))
         self._offset += len(samples)
+
+    def _to_vad(self, item: Any) -> None:
         try:
-            self.queues["audio"].put_nowait(chunk)
+            self.queues["audio"].put_nowait(item)
         except queue.Full:
             raise ProtocolError("input_audio_overflow", "the server is behind; audio was dropped") from None
 
-    def commit_audio(self) -> None:
+    def commit_audio(self, event: Any = None) -> None:
         """``input_audio_buffer.commit``: the buffered audio becomes a user turn."""
-        if self.turn_detection is not None:
+        if self.config.turn_detection is not None:
             raise ProtocolError("invalid_state", "commit is only used when turn_detection is null")
         if not self._buffered:
             raise ProtocolError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
@@ -321,111 +301,144 @@ class RealtimeSession:
         self._buffer, self._buffered = [], 0
         stamp = self.gate.new_turn_stamp()
         self._input_audio_s[stamp.turn_id] = len(samples) / SAMPLE_RATE
-        item_id = self._user_item(stamp.turn_id)
-        self.emit({"type": "input_audio_buffer.committed", "previous_item_id": None, "item_id": item_id})
-        self._emit_user_item(item_id, audio=True)
+        self._commit_user_audio(stamp.turn_id)
         now = time.monotonic()
-        segment = SpeechSegment(stamp, samples, SAMPLE_RATE, now, now, respond=False)
-        self._enqueue(segment)
+        self._enqueue(SpeechSegment(stamp, samples, SAMPLE_RATE, now, now, respond=False))
 
-    def clear_audio(self) -> None:
+    def clear_audio(self, event: Any = None) -> None:
         """``input_audio_buffer.clear``."""
         self._buffer, self._buffered = [], 0
-        self.emit({"type": "input_audio_buffer.cleared"})
+        self.emit(server_event("input_audio_buffer.cleared"))
+
+    def clear_output_audio(self, event: Any = None) -> None:
+        """``output_audio_buffer.clear``: stop the reply's audio now (the response ends cancelled)."""
+        with self.output.lock:
+            active = self.output.active
+        if active is not None:
+            active.client_cancelled = True
+            self.interrupt()
+        self.emit(server_event("output_audio_buffer.cleared", response_id=active.id if active else ""))
 
     # -- conversation -------------------------------------------------------------------------
-    def create_item(self, item: dict[str, Any]) -> None:
-        """``conversation.item.create``: user text or a function call output."""
-        if not isinstance(item, dict):
-            raise ProtocolError("invalid_value", "'item' must be an object")
-        self._discard_prefetch("conversation.item.create")
-        kind = item.get("type")
-        if kind == "function_call_output":
-            call_id, output = item.get("call_id"), item.get("output")
-            if not isinstance(call_id, str) or not isinstance(output, str):
-                raise ProtocolError("invalid_value", "function_call_output needs string 'call_id' and 'output'")
-            if not any(i.get("call_id") == call_id and i.get("type") == "function_call" for i in self.llm.chat.items()):
-                raise ProtocolError("item_not_found", f"no function_call with call_id {call_id!r}")
-            item_id = item.get("id") or new_id("item")
-            self._enqueue(FunctionOutput(call_id, output))
-            self.emit(
-                {
-                    "type": "conversation.item.created",
-                    "item": {"id": item_id, "type": kind, "call_id": call_id, "output": output},
-                }
+    def create_item(self, event: ConversationItemCreateEvent) -> None:
+        """``conversation.item.create``: a message (user, assistant, system), function call or output."""
+        item = event.item.model_dump(mode="json", exclude_none=True)
+        item = {**item, "id": item.get("id") or new_id("item"), "object": "realtime.item", "status": "completed"}
+        if self.conversation.get(item["id"]) is not None:
+            raise ProtocolError(
+                "item_create_duplicate_item_id", f"an item {item['id']!r} already exists", param="item.id"
             )
-            return
-        if kind != "message" or item.get("role") != "user":
-            raise ProtocolError("invalid_value", "only user messages and function_call_output items can be created")
-        content = item.get("content")
-        if not isinstance(content, list) or not content:
-            raise ProtocolError("invalid_value", "'content' must be a non-empty list")
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
-                raise ProtocolError("invalid_value", "user content parts must be {'type': 'input_text', 'text': str}")
-            texts.append(part["text"])
-        stamp = self.gate.new_turn_stamp()
-        item_id = self._user_item(stamp.turn_id, item.get("id"))
-        self.emit(
-            {
-                "type": "conversation.item.created",
-                "item": {"id": item_id, "type": "message", "role": "user", "content": content},
-            }
-        )
-        self._enqueue(Transcript(stamp, "\n".join(texts), respond=False, item_id=item_id))
+        history = to_history(item)
+        kind = item["type"]
+        if kind == "function_call" and self.conversation.find_call(item["call_id"]) is not None:
+            raise ProtocolError("invalid_value", f"a function_call {item['call_id']!r} exists", param="item.call_id")
+        if kind == "function_call_output":
+            call_id = item["call_id"]
+            known = self.conversation.find_call(call_id) is not None or any(
+                i.get("type") == "function_call" and i.get("call_id") == call_id for i in self.llm.chat.items()
+            )
+            if not known:
+                raise ProtocolError(
+                    "item_not_found", f"no function_call with call_id {call_id!r}", param="item.call_id"
+                )
+            if self.conversation.has_output(call_id):
+                raise ProtocolError(
+                    "invalid_value", f"the call {call_id!r} already has an output", param="item.call_id"
+                )
+        after = event.previous_item_id
+        if after not in (None, ROOT) and self.conversation.get(after) is None:
+            after = None  # an anchor the client no longer has (deleted meanwhile): at the end
+        self._discard_prefetch("conversation.item.create")
+        ref = ("output", item["call_id"]) if kind == "function_call_output" else ("chat", item["id"])
+        previous = self.conversation.add(item, ref, after)
+        if kind == "function_call_output":
+            self._enqueue(FunctionOutput(item["call_id"], item["output"]))
+        else:
+            at_end = self.conversation.last_id() == item["id"]
+            self._enqueue(HistoryInsert(history, None if at_end else self.conversation.refs_before(item["id"])))
+        self.emit(server_event("conversation.item.added", previous_item_id=previous, item=item))
+        self.emit(server_event("conversation.item.done", previous_item_id=previous, item=item))
 
-    def truncate(self, item_id: Any, audio_end_ms: Any) -> None:
+    def retrieve_item(self, event: ConversationItemRetrieveEvent) -> None:
+        """``conversation.item.retrieve``: the item as the server has it now."""
+        item = self.conversation.get(event.item_id)
+        if item is None:
+            raise ProtocolError("item_retrieve_invalid_item_id", f"no item {event.item_id!r}", param="item_id")
+        self.emit(server_event("conversation.item.retrieved", item=item))
+
+    def delete_item(self, event: ConversationItemDeleteEvent) -> None:
+        """``conversation.item.delete``: the item leaves the conversation and the model's history."""
+        ref = self.conversation.remove(event.item_id)
+        if ref is None:
+            raise ProtocolError("item_delete_invalid_item_id", f"no item {event.item_id!r}", param="item_id")
+        self._discard_prefetch("conversation.item.delete")
+        self._enqueue(HistoryDelete(ref))
+        self.emit(server_event("conversation.item.deleted", item_id=event.item_id))
+
+    def truncate(self, event: ConversationItemTruncateEvent) -> None:
         """``conversation.item.truncate``: the client played only ``audio_end_ms`` of an assistant item."""
-        if not isinstance(item_id, str) or not isinstance(audio_end_ms, (int, float)) or audio_end_ms < 0:
-            raise ProtocolError("invalid_value", "truncate needs 'item_id' and a non-negative 'audio_end_ms'")
-        response = self.output.assistant_item(item_id)
+        if event.audio_end_ms < 0 or event.content_index != 0:
+            raise ProtocolError("invalid_value", "truncate needs content_index 0 and audio_end_ms >= 0")
+        response = self.output.assistant_item(event.item_id)
         if response is None:
-            raise ProtocolError("item_not_found", f"no assistant audio item {item_id!r}")
-        heard = "".join(words for at_ms, words in response.spoken if at_ms < audio_end_ms).strip()
-        self.llm.apply_heard_text(response.turn_id, heard)
-        self.emit(
-            {
-                "type": "conversation.item.truncated",
-                "item_id": item_id,
-                "content_index": 0,
-                "audio_end_ms": audio_end_ms,
-            }
-        )
+            raise ProtocolError("item_truncate_invalid_item_id", f"no assistant audio item {event.item_id!r}")
+        heard = "".join(words for at_ms, words in response.spoken if at_ms < event.audio_end_ms).strip()
+        self.llm.apply_heard_text(response.turn_id, heard)  # locked; the sink calls it the same way
+        self.conversation.set_content(event.item_id, 0, transcript=heard)
+        fields = {"item_id": event.item_id, "content_index": 0, "audio_end_ms": event.audio_end_ms}
+        self.emit(server_event("conversation.item.truncated", **fields))
 
     # -- responses ------------------------------------------------------------------------------
-    def create_response(self, options: dict[str, Any] | None) -> None:
+    def create_response(self, event: ResponseCreateEvent) -> None:
         """``response.create``: answer from the conversation as it is."""
-        options = {} if options is None else options
-        if not isinstance(options, dict):
-            raise ProtocolError("invalid_value", "'response' must be an object")
         with self.output.lock:
             if self.output.active is not None:
                 raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
-        modalities = options.get("output_modalities", self.output_modalities)
-        instructions = options.get("instructions")
-        if instructions is not None and not isinstance(instructions, str):
-            raise ProtocolError("invalid_value", "'instructions' must be a string")
-        if not isinstance(modalities, list) or not set(modalities) <= {"audio", "text"} or not modalities:
-            raise ProtocolError("invalid_value", "'output_modalities' must be ['audio'] or ['text']")
-        tools = options.get("tools")
-        tool_choice = options.get("tool_choice")
+        params = event.response.model_dump(exclude_none=True) if event.response is not None else {}
+        if params.get("conversation", "auto") != "auto" or params.get("input") is not None:
+            param = "response.conversation" if "conversation" in params else "response.input"
+            raise ProtocolError("unsupported_parameter", "out-of-band responses are not supported", param=param)
+        for name in _IGNORED_RESPONSE_FIELDS:
+            if name in params:
+                message = f"'response.{name}' is not supported by this server"
+                error = ProtocolError("unsupported_parameter", message, event.event_id, f"response.{name}")
+                self.emit(protocol_error_event(error))
+        config = self.config
+        modalities = list(config.output_modalities)
+        if "output_modalities" in params:
+            modalities = list(check_modalities(params["output_modalities"], "response.output_modalities"))
+        tools, tool_choice = params.get("tools"), params.get("tool_choice")
         if tools is not None or tool_choice is not None:
             check_tools(tools if tools is not None else [], tool_choice if tool_choice is not None else "auto")
+        metadata = params.get("metadata")
+        # what differs from the session's defaults (a follow-up generated ahead answers a plain request)
+        options = {k: v for k, v in params.items() if k in ("instructions", "tools", "tool_choice", "metadata")}
+        if modalities != list(config.output_modalities):
+            options["output_modalities"] = modalities
         stamp = self.gate.new_turn_stamp()
         request = ResponseRequest(
-            stamp, wants_audio=modalities != ["text"], instructions=instructions, tools=tools, tool_choice=tool_choice
+            stamp,
+            wants_audio=modalities != ["text"],
+            instructions=params.get("instructions"),
+            tools=tools,
+            tool_choice=tool_choice,
         )
-        # a follow-up to tool results may already have been generated ahead; it is claimed
-        # by a plain response.create (only metadata may differ), else discarded
-        self.llm.respond_or_claim(options, lambda: self._enqueue(request))
+        self._requested[stamp.turn_id] = (modalities, metadata)
+        self._claiming = (modalities, metadata)
+        try:
+            # a follow-up to tool results may already have been generated ahead; it is claimed
+            # by a plain response.create (only metadata may differ), else discarded
+            if self.llm.respond_or_claim(options, lambda: self._enqueue(request)):
+                self._requested.pop(stamp.turn_id, None)
+        finally:
+            self._claiming = None
 
-    def cancel_response(self) -> None:
+    def cancel_response(self, event: ResponseCancelEvent) -> None:
         """``response.cancel``: stop the response in progress (what was heard stays in history)."""
         with self.output.lock:
             active = self.output.active
-        if active is None:
-            raise ProtocolError("response_cancel_not_active", "no response is in progress")
+        if active is None or (event.response_id is not None and event.response_id != active.id):
+            raise ProtocolError("response_cancel_not_active", "no such response is in progress")
         active.client_cancelled = True
         self.interrupt()
 
@@ -454,45 +467,38 @@ class RealtimeSession:
             raise ProtocolError("server_busy", "too many requests in flight; try again shortly") from None
 
     # -- events from the pipeline threads ---------------------------------------------------------
-    def _user_item(self, turn_id: int, item_id: str | None = None) -> str:
+    def _user_item(self, turn_id: int) -> str:
         with self.lock:
             if turn_id not in self._user_items:
-                self._user_items[turn_id] = item_id or new_id("item")
+                self._user_items[turn_id] = new_id("item")
+                while len(self._user_items) > 256:
+                    self._user_items.pop(next(iter(self._user_items)))
             return self._user_items[turn_id]
 
-    def _emit_user_item(self, item_id: str, audio: bool) -> None:
-        content = [{"type": "input_audio", "transcript": None}] if audio else []
-        self.emit(
-            {
-                "type": "conversation.item.created",
-                "item": {"id": item_id, "type": "message", "role": "user", "status": "completed", "content": content},
-            }
-        )
+    def _commit_user_audio(self, turn_id: int) -> None:
+        """The user's audio of turn ``turn_id`` is committed: it becomes a conversation item."""
+        item_id = self._user_item(turn_id)
+        if self.conversation.get(item_id) is not None:  # a reopened turn keeps its item
+            return
+        content = [{"type": "input_audio", "transcript": None}]
+        item = {"id": item_id, "type": "message", "object": "realtime.item", "role": "user", "status": "completed"}
+        item["content"] = content
+        previous = self.conversation.add(item, ("user_turn", turn_id))
+        self.emit(server_event("input_audio_buffer.committed", previous_item_id=previous, item_id=item_id))
+        self.emit(server_event("conversation.item.added", previous_item_id=previous, item=item))
+        self.emit(server_event("conversation.item.done", previous_item_id=previous, item=item))
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, SpeechStarted):
             self._discard_prefetch("speech started")
             self._flush()  # the VAD already bumped the generation (barge-in)
-            item_id = self._user_item(event.turn_id)
-            self.emit(
-                {
-                    "type": "input_audio_buffer.speech_started",
-                    "audio_start_ms": int(event.audio_ms),
-                    "item_id": item_id,
-                }
-            )
+            fields = {"audio_start_ms": int(event.audio_ms), "item_id": self._user_item(event.turn_id)}
+            self.emit(server_event("input_audio_buffer.speech_started", **fields))
         elif isinstance(event, SpeechStopped):
-            item_id = self._user_item(event.turn_id)
             self._input_audio_s[event.turn_id] = event.duration_ms / 1000
-            self.emit(
-                {
-                    "type": "input_audio_buffer.speech_stopped",
-                    "audio_end_ms": int(event.audio_ms),
-                    "item_id": item_id,
-                }
-            )
-            self.emit({"type": "input_audio_buffer.committed", "previous_item_id": None, "item_id": item_id})
-            self._emit_user_item(item_id, audio=True)
+            fields = {"audio_end_ms": int(event.audio_ms), "item_id": self._user_item(event.turn_id)}
+            self.emit(server_event("input_audio_buffer.speech_stopped", **fields))
+            self._commit_user_audio(event.turn_id)
         elif isinstance(event, UserTranscriptDelta) and event.delta:
             self._emit_transcription_delta(event.turn_id, event.delta)  # a partial transcript, while speaking
         elif isinstance(event, UserTranscript) and event.stt_ms is not None:
@@ -500,50 +506,40 @@ class RealtimeSession:
             item_id = self._user_item(event.turn_id)
             if event.delta:  # the words no partial announced (all of them without partials)
                 self._emit_transcription_delta(event.turn_id, event.delta)
-            self.emit(
-                {
-                    "type": "conversation.item.input_audio_transcription.completed",
-                    "item_id": item_id,
-                    "content_index": 0,
-                    "transcript": event.text,
-                    "usage": {"type": "duration", "seconds": round(self._input_audio_s.pop(event.turn_id, 0.0), 3)},
-                }
-            )
+            self.conversation.set_content(item_id, 0, transcript=event.text)
+            seconds = round(self._input_audio_s.pop(event.turn_id, 0.0), 3)
+            fields = {"item_id": item_id, "content_index": 0, "transcript": event.text}
+            usage = {"type": "duration", "seconds": seconds}
+            self.emit(server_event("conversation.item.input_audio_transcription.completed", **fields, usage=usage))
         elif isinstance(event, ResponseStarted):
-            self.output.start(event.turn_id, self.output_modalities)
+            requested = self._requested.pop(event.turn_id, None)
+            if requested is None and self._claiming is not None and threading.get_ident() == self._loop_thread:
+                requested = self._claiming  # a follow-up generated ahead, claimed just now
+            modalities, metadata = requested or (list(self.config.output_modalities), None)
+            self.output.start(event.turn_id, modalities, metadata)
         elif isinstance(event, ToolCallReady):
             self.output.tool_call(event)
         elif isinstance(event, ResponseInterrupted):
             self.llm.apply_heard_text(event.turn_id, event.heard_text)
         elif isinstance(event, StageError):
-            self.emit(error_event("server_error", f"{event.stage}: {event.message}"))
+            self.emit(error_event("server_error", f"{event.stage}: {event.message}", kind="server_error"))
 
     def _emit_transcription_delta(self, turn_id: int, delta: str) -> None:
-        item = self._user_item(turn_id)
-        event = {"type": "conversation.item.input_audio_transcription.delta", "item_id": item, "content_index": 0}
-        self.emit({**event, "delta": delta})
+        fields = {"item_id": self._user_item(turn_id), "content_index": 0, "delta": delta}
+        self.emit(server_event("conversation.item.input_audio_transcription.delta", **fields))
 
 
-#: client event type → the session method that applies it (the event's fields as keywords)
-HANDLERS: dict[str, Callable[[RealtimeSession, dict[str, Any]], None]] = {
-    "session.update": lambda s, e: s.update_session(e.get("session")),
-    "input_audio_buffer.append": lambda s, e: s.append_audio(e.get("audio")),
-    "input_audio_buffer.commit": lambda s, e: s.commit_audio(),
-    "input_audio_buffer.clear": lambda s, e: s.clear_audio(),
-    "conversation.item.create": lambda s, e: s.create_item(e.get("item")),
-    "conversation.item.truncate": lambda s, e: s.truncate(e.get("item_id"), e.get("audio_end_ms")),
-    "response.create": lambda s, e: s.create_response(e.get("response")),
-    "response.cancel": lambda s, e: s.cancel_response(),
+#: client event type → the session method that applies it (the event parsed into the SDK's type)
+HANDLERS: dict[str, Callable[[RealtimeSession, Any], None]] = {
+    "session.update": RealtimeSession.update_session,
+    "input_audio_buffer.append": RealtimeSession.append_audio,
+    "input_audio_buffer.commit": RealtimeSession.commit_audio,
+    "input_audio_buffer.clear": RealtimeSession.clear_audio,
+    "output_audio_buffer.clear": RealtimeSession.clear_output_audio,
+    "conversation.item.create": RealtimeSession.create_item,
+    "conversation.item.retrieve": RealtimeSession.retrieve_item,
+    "conversation.item.truncate": RealtimeSession.truncate,
+    "conversation.item.delete": RealtimeSession.delete_item,
+    "response.create": RealtimeSession.create_response,
+    "response.cancel": RealtimeSession.cancel_response,
 }
-
-
-def dispatch(session: RealtimeSession, event: dict[str, Any]) -> None:
-    """Apply one parsed client event to ``session``.
-
-    Raises:
-        ProtocolError: unknown event type or invalid fields.
-    """
-    handler = HANDLERS.get(event["type"])
-    if handler is None:
-        raise ProtocolError("unknown_event", f"unsupported client event type {event['type']!r}")
-    handler(session, event)

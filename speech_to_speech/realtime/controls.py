@@ -1,0 +1,154 @@
+"""What a realtime session changes in its running stages, as :class:`StageControl` messages.
+
+The session runs on the event loop; its VAD and LLM run in their own threads. A session update
+or a history edit is never written into a stage from the loop: it is a message put on the
+stage's input queue (the VAD's audio queue, the STT's queue for the LLM, where client-driven
+work keeps its place), applied by the stage between two items (see
+:meth:`speech_to_speech.handler.BaseHandler._control`). The one exception is cutting a reply
+to what was heard, which goes through the LLM stage's locked
+:meth:`~speech_to_speech.llm.BaseLLMHandler.apply_heard_text` (the sink calls it the same way).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from speech_to_speech.chat import Chat
+from speech_to_speech.handler import StageControl
+from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.realtime.conversation import Ref
+from speech_to_speech.vad import BaseVADHandler, Endpointer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VADSettings(StageControl):
+    """Turn detection for the VAD stage (see :meth:`~speech_to_speech.realtime.config.TurnDetection.vad_settings`).
+
+    ``eagerness`` (``semantic_vad``) is handed to the VAD's ``set_eagerness(eagerness)`` when it
+    has one: the hook for an end-of-turn model; without one the VAD ends turns on silence.
+    """
+
+    target: ClassVar[type] = BaseVADHandler
+    vad_threshold: float
+    min_silence_ms: int
+    speech_pad_ms: int
+    interrupt_response: bool = True
+    create_response: bool = True
+    eagerness: str | None = None
+
+    def apply(self, stage: Any) -> None:
+        cfg = stage.config
+        cfg.vad_threshold = float(self.vad_threshold)
+        cfg.min_silence_ms = int(self.min_silence_ms)
+        cfg.speech_pad_ms = int(self.speech_pad_ms)
+        cfg.interrupt_response = bool(self.interrupt_response)
+        stage.create_response = bool(self.create_response)
+        stage.endpointer = Endpointer(cfg)
+        set_eagerness = getattr(stage, "set_eagerness", None)
+        if set_eagerness is not None:
+            set_eagerness(self.eagerness)
+
+
+@dataclass
+class LLMSettings(StageControl):
+    """The session's instructions, tools and reply defaults for the LLM stage."""
+
+    target: ClassVar[type] = BaseLLMHandler
+    instructions: str
+    tools: list[dict[str, Any]]
+    tool_choice: str
+    wants_audio: bool
+    max_new_tokens: int
+
+    def apply(self, stage: Any) -> None:
+        stage.config.system_prompt = self.instructions
+        stage.config.max_new_tokens = self.max_new_tokens
+        stage.tools = list(self.tools)
+        stage.tool_choice = self.tool_choice
+        stage.default_wants_audio = self.wants_audio
+
+
+def chat_item_id(llm: BaseLLMHandler, ref: Ref) -> str | None:
+    """The id in ``llm.chat`` of the history entry ``ref`` points to (None: not there yet, or gone).
+
+    Runs in the LLM stage's thread. Spoken user turns and replies are found through the LLM
+    stage's own turn records (it wrote them).
+    """
+    kind, key = ref
+    items = llm.chat.items()
+    if kind == "chat":
+        return key if any(i["id"] == key for i in items) else None
+    if kind in ("call", "output"):
+        wanted = "function_call" if kind == "call" else "function_call_output"
+        return next((i["id"] for i in items if i["type"] == wanted and i.get("call_id") == key), None)
+    # the LLM stage's records of what it wrote for a turn: its user message, its reply
+    found = llm._user_items.get(key) if kind == "user_turn" else (llm._responses.get(key) or [None, None])[1]
+    return found if any(i["id"] == found for i in items) else None
+
+
+def _rebuild(chat: Chat, items: list[dict[str, Any]]) -> None:
+    """Make ``chat`` hold exactly ``items`` (ids kept), in that order; restored as it was on failure."""
+    before = chat.items()
+    calls = {i["call_id"] for i in items if i["type"] == "function_call"}
+    items = [i for i in items if i["type"] != "function_call_output" or i["call_id"] in calls]
+    chat.reset()
+    try:
+        for item in items:
+            chat.add_item(item)
+    except Exception:
+        chat.reset()
+        for item in before:
+            chat.add_item(item)
+        raise
+
+
+@dataclass
+class HistoryInsert(StageControl):
+    """Add an item (history shape, with the protocol item's id) to the LLM's history.
+
+    Attributes:
+        item: the history item.
+        after: where: None at the end; else the refs of the protocol items before it, nearest
+            first (the first one found in history is the anchor; none found: first).
+    """
+
+    target: ClassVar[type] = BaseLLMHandler
+    item: dict[str, Any]
+    after: list[Ref] | None = None
+
+    def apply(self, stage: Any) -> None:
+        chat: Chat = stage.chat
+        if self.after is None:
+            chat.add_item(self.item)
+            return
+        anchor = next((found for ref in self.after if (found := chat_item_id(stage, ref)) is not None), None)
+        items = chat.items()
+        at = 0 if anchor is None else next(i for i, it in enumerate(items) if it["id"] == anchor) + 1
+        if at == len(items):
+            chat.add_item(self.item)
+        else:
+            _rebuild(chat, [*items[:at], self.item, *items[at:]])
+
+
+@dataclass
+class HistoryDelete(StageControl):
+    """Remove the history entry of a deleted protocol item (a function call takes its output along)."""
+
+    target: ClassVar[type] = BaseLLMHandler
+    ref: Ref
+    removed: list[str] = field(default_factory=list)
+
+    def apply(self, stage: Any) -> None:
+        chat: Chat = stage.chat
+        found = chat_item_id(stage, self.ref)
+        if found is None:
+            logger.info("%s: nothing in history for deleted item %s", stage.name, self.ref)
+            return
+        items = chat.items()
+        if not chat.remove_user_message(found):
+            _rebuild(chat, [i for i in items if i["id"] != found])
+        self.removed.append(found)

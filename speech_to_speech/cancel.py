@@ -8,12 +8,17 @@ is still valid. Two things make a stamp stale:
 * the :class:`CancelScope` generation moved on (barge-in, session reset), or
 * the :class:`TurnTracker` has seen a newer revision of the same turn (the user
   kept speaking after an endpoint, so the turn was re-transcribed).
+
+:meth:`Gate.cancel` can keep some turns out of a cancel: the user's speech that
+caused it (a real interruption, decided only once its words are known) is carried
+over to the new generation, so its transcript and reply stay valid.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -107,6 +112,34 @@ class Gate:
     def __init__(self, scope: CancelScope | None = None, turns: TurnTracker | None = None) -> None:
         self.scope = scope or CancelScope()
         self.turns = turns or TurnTracker()
+        self._lock = threading.Lock()
+        #: (turn id, generation) -> the generation that work counts as (see :meth:`cancel`)
+        self._carried: dict[tuple[int, int], int] = {}
+
+    def cancel(self, keep_turns: Iterable[int] = ()) -> int:
+        """Bump the generation: every stamp so far is stale, except those of ``keep_turns``.
+
+        The kept turns' stamps of the current generation count as the new one (so do those
+        carried into it by an earlier cancel): the user's speech that caused this cancel
+        stays valid, everything else in flight (the reply it interrupts) does not.
+
+        Returns:
+            The new generation.
+        """
+        keep = set(keep_turns)
+        with self._lock:
+            current = self.scope.generation
+            new = current + 1
+            carried = {key: target for key, target in self._carried.items() if target >= current}
+            for key, target in list(carried.items()):
+                if key[0] in keep and target == current:
+                    carried[key] = new
+            carried.update({(turn, current): new for turn in keep})
+            self._carried = carried  # before the bump, so that kept work is never seen stale
+            actual = self.scope.cancel()
+            if actual != new:  # someone bumped in between (scope.cancel() called directly)
+                self._carried = {key: (actual if target == new else target) for key, target in carried.items()}
+            return actual
 
     def stamp(self, turn_id: int, revision: int = 0) -> Stamp:
         """A stamp for new work on ``turn_id``/``revision`` at the current generation."""
@@ -123,7 +156,8 @@ class Gate:
         """
         if stamp is None:
             return True
-        if self.scope.is_stale(stamp.generation):
+        generation = self._carried.get((stamp.turn_id, stamp.generation), stamp.generation)
+        if self.scope.is_stale(generation):
             return False
         return self.turns.is_current(stamp.turn_id, stamp.revision)
 

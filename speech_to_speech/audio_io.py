@@ -389,6 +389,9 @@ class FileSink(PacedAudioSink):
     def on_interrupt(self, at: float) -> None:
         self._pieces.cut(self._position(at), where=lambda stamp: not self.gate.admits(stamp))
 
+    def on_pause(self, at: float) -> None:
+        self._pieces.cut(self._position(at))
+
     def cleanup(self) -> None:
         audio = self._pieces.render(self._position(time.monotonic()), np.float32)
         sf.write(str(self.path), np.clip(audio, -1.0, 1.0), self.sample_rate, subtype="PCM_16")
@@ -431,6 +434,9 @@ class SpeakerSink(PacedAudioSink):
 
     def on_interrupt(self, at: float) -> None:
         self._buffer.keep(self.gate.admits)
+
+    def on_pause(self, at: float) -> None:
+        self._buffer.clear()
 
     def cleanup(self) -> None:
         if self._stream is not None:

@@ -35,6 +35,9 @@ _OTHER = {
     "it": {"sì", "si", "certo", "ok", "okay", "esatto", "già", "mhm", "ah"},
     "pt": {"sim", "tá", "ta", "certo", "ok", "okay", "pois", "é", "mhm", "ah"},
 }
+#: a hummed or grunted continuer, however Whisper spells it: "Mm", "MMMM", "Mm-mm", "M-H-N",
+#: "hmmm", "uhh", "umm", "ahh" (nasal sounds, or a vowel and h/m, and nothing else)
+_HUMMED = re.compile(r"[mhn]*m[mhn]*|[aeou]+h+|u+m+")
 #: transcripts Whisper gives for noise, breath or silence (hallucinations), treated as no words
 _NON_SPEECH = {"", "you", "thank you", "thanks for watching", "bye"}
 
@@ -61,7 +64,7 @@ def is_backchannel(text: str, language: str | None = "en") -> bool:
         language: ISO 639-1 code of the transcript; English words count in every language.
 
     Returns:
-        True for e.g. "Yeah.", "Mm-hmm.", "uh huh", "Okay, right.", "I see"; False for
+        True for e.g. "Yeah.", "Mm-hmm.", "uh huh", "Okay, right.", "I see", "MMMM.", "M-H-N."; False for
         anything with content ("yeah but wait", "stop", "no") and for empty text (see
         :func:`is_false_start`).
     """
@@ -70,6 +73,8 @@ def is_backchannel(text: str, language: str | None = "en") -> bool:
         return False
     joined = "".join(words)
     if joined in ("uhhuh", "mmhmm", "mhm", "mmhm"):  # "uh huh", "mm hmm" written apart
+        return True
+    if all(_HUMMED.fullmatch(word) for word in words):  # "MMMM.", "M-H-N.", "Mm, mm."
         return True
     vocabulary = _ENGLISH | _OTHER.get((language or "en").split("-")[0], set())
     if not all(word in vocabulary for word in words):

@@ -25,6 +25,17 @@ def test_anything_with_content_is_not(text: str) -> None:
     assert not is_backchannel(text)
 
 
+@pytest.mark.parametrize("text", ["MMMM.", "Mm-mm.", "M-H-N.", "Mm, mm.", "hmmm", "Uhh.", "umm", "Ahh."])
+def test_hummed_continuers_however_whisper_spells_them(text: str) -> None:
+    """What Whisper tiny.en writes for a hummed "mm-hmm" (seen on Piper and espeak-ng renditions)."""
+    assert is_backchannel(text)
+
+
+@pytest.mark.parametrize("text", ["Mom.", "me", "him", "hum", "a", "I", "I hope.", "am"])
+def test_words_with_those_letters_are_not_hummed(text: str) -> None:
+    assert not is_backchannel(text)
+
+
 def test_other_languages_use_their_words_and_english_ones() -> None:
     assert is_backchannel("Vale, claro.", "es")
     assert is_backchannel("Ouais.", "fr")

@@ -99,6 +99,9 @@ LIMITS: dict[str, Limit] = {
     "turn_grace_ms": _NON_NEGATIVE,  # 0: off
     "speculative_silence_ms": _NON_NEGATIVE,  # 0: off
     "partial_interval_ms": _NON_NEGATIVE,  # 0: off
+    "turn_threshold": Limit(0, 1, low_open=True, high_open=True),  # a probability
+    "turn_max_silence_ms": _POSITIVE,
+    "resume_within_ms": _NON_NEGATIVE,  # 0: speech during a reply cancels it at once
     # STT (STTConfig)
     "stt_beam_size": _AT_LEAST_ONE,
     "stt_cpu_threads": _NON_NEGATIVE,  # 0: the engine's default
@@ -219,6 +222,17 @@ _HELP = {
         "silence after which the turn is sent on speculatively, before --min_silence_ms confirms it, ms; 0 turns it off"
     ),
     "partial_interval_ms": "while the user speaks, a partial transcript every this much audio, ms; 0 turns it off",
+    "turn_detection": (
+        "how a turn ends: smart_turn (after --speculative_silence_ms of silence the Smart Turn model judges "
+        "whether the user is done), silence (--min_silence_ms of silence), or auto (smart_turn when its model "
+        "is installed: the smart-turn extra)"
+    ),
+    "turn_threshold": "smart_turn: P(turn complete) at or above which the turn ends at once",
+    "turn_max_silence_ms": "smart_turn: silence that ends a turn the model judged unfinished, ms",
+    "resume_within_ms": (
+        "user speech pauses the reply being spoken; a backchannel or false start judged within this time "
+        "resumes it, anything else interrupts it, ms; 0: speech interrupts at once"
+    ),
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
     "stt_model": "STT model folder or hub id (default: embedded Whisper tiny.en)",
     "language": "spoken language code (e.g. en), or auto",

@@ -12,10 +12,12 @@ from typing import IO
 
 from speech_to_speech.events import (
     AssistantText,
+    BargeIn,
     Event,
     EventBus,
     FirstAudio,
     FirstToken,
+    ReplyResumed,
     ResponseDone,
     ResponseStarted,
     SpeechStopped,
@@ -25,11 +27,20 @@ from speech_to_speech.events import (
     UserTranscriptDelta,
 )
 
+#: how :class:`ConsoleReporter` names the reasons of :class:`ReplyResumed`
+_RESUME_REASONS = {
+    "backchannel": "backchannel",
+    "false_start": "false start",
+    "no_words": "no words",
+    "too_short": "too short",
+}
+
 
 @dataclass
 class _TurnTimes:
     speech_end: float | None = None
     endpoint_delay_ms: float | None = None
+    endpoint_by: str | None = None
     stt_ms: float | None = None
     request: float | None = None
     ttft_ms: float | None = None
@@ -39,7 +50,8 @@ class _TurnTimes:
 class MetricsCollector:
     """Turns timing events into one :class:`TurnMetrics` per finished response.
 
-    Publishes the metrics on the same bus and keeps them in :attr:`turns`.
+    Publishes the metrics on the same bus and keeps them in :attr:`turns`. A turn that
+    got no response (a backchannel during a reply, :class:`ReplyResumed`) is forgotten.
     """
 
     def __init__(self, bus: EventBus) -> None:
@@ -55,6 +67,10 @@ class MetricsCollector:
             times = self._times.setdefault(event.turn_id, _TurnTimes())
             if isinstance(event, SpeechStopped):
                 times.endpoint_delay_ms = event.endpoint_delay_ms
+                times.endpoint_by = event.endpoint_by
+            elif isinstance(event, ReplyResumed):
+                self._times.pop(event.turn_id, None)
+                return
             elif isinstance(event, UserTranscript):
                 times.stt_ms = event.stt_ms
             elif isinstance(event, ResponseStarted):
@@ -84,6 +100,7 @@ class MetricsCollector:
             ttfa_ms=ms(t.first_audio, t.request),
             voice_to_voice_ms=ms(t.first_audio, t.speech_end) if t.stt_ms is not None else None,
             endpoint_delay_ms=t.endpoint_delay_ms,
+            endpoint_by=t.endpoint_by,
         )
 
 
@@ -95,7 +112,9 @@ class ConsoleReporter:
     """Prints user transcripts, replies and per-turn latencies.
 
     Partial transcripts (while the user speaks) rewrite one line on a terminal and
-    are printed as lines otherwise.
+    are printed as lines otherwise. The metrics line ends with the endpoint delay and
+    what ended the turn (``model``: the end-of-turn model; ``silence``: the silence
+    bound). Speech during a reply that did not interrupt it gets its own line.
 
     Args:
         stream: where to print (default stdout).
@@ -128,6 +147,14 @@ class ConsoleReporter:
             line = (
                 f"[turn {event.turn_id}] STT {_fmt(event.stt_ms)} | TTFT {_fmt(event.ttft_ms)} | "
                 f"TTFA {_fmt(event.ttfa_ms)} | voice-to-voice {_fmt(event.voice_to_voice_ms)}"
+            )
+            if event.endpoint_delay_ms is not None:
+                line += f" | endpoint {_fmt(event.endpoint_delay_ms)} ({event.endpoint_by or 'silence'})"
+        elif isinstance(event, ReplyResumed):
+            said = f" {event.text!r}" if event.text else ""
+            line = (
+                f"[turn {event.turn_id}] {_RESUME_REASONS.get(event.reason, event.reason)}{said}: not answered, "
+                f"the reply goes on (paused {_fmt(event.paused_ms)})"
             )
         elif isinstance(event, StageError):
             line = f"[turn {event.turn_id}] {event.stage} error: {event.message}"
@@ -184,14 +211,16 @@ class LoadProgress:
 class TranscriptWriter:
     """Writes events as JSON Lines: one object per line with an ``event`` key.
 
-    Recorded kinds: speech_stopped, user_transcript, assistant_text,
-    turn_metrics, stage_error. Times are ``time.monotonic()`` seconds.
+    Recorded kinds: speech_stopped (with ``endpoint_delay_ms`` and ``endpoint_by``),
+    user_transcript, assistant_text, turn_metrics (the same two fields), reply_resumed
+    and barge_in (speech during a reply: resumed, or a real interruption), stage_error.
+    Times are ``time.monotonic()`` seconds.
 
     Args:
         path: the output file (created or truncated).
     """
 
-    KINDS = (SpeechStopped, UserTranscript, AssistantText, TurnMetrics, StageError)
+    KINDS = (SpeechStopped, UserTranscript, AssistantText, TurnMetrics, ReplyResumed, BargeIn, StageError)
 
     def __init__(self, bus: EventBus, path: str | Path) -> None:
         self._lock = threading.Lock()

@@ -40,10 +40,24 @@ class SpeechStarted(Event):
 
     Attributes:
         audio_ms: where speech starts in the input stream, ms since the stream began.
+        pauses_reply: a reply was in flight and is paused, not cancelled: what the user
+            says decides (see :mod:`speech_to_speech.interruptions`).
     """
 
     revision: int = 0
     audio_ms: float = 0.0
+    pauses_reply: bool = False
+
+
+@dataclass
+class SpeechDiscarded(Event):
+    """Speech that started a turn ended shorter than ``min_speech_ms``: noise, not a turn.
+
+    Attributes:
+        speech_ms: from its start until it was dropped (the silence after it included), ms.
+    """
+
+    speech_ms: float = 0.0
 
 
 @dataclass
@@ -54,11 +68,18 @@ class SpeechStopped(Event):
         duration_ms: length of the segment sent to STT, ms.
         endpoint_delay_ms: time from the end of speech to the endpoint decision, ms.
         audio_ms: where speech ended in the input stream, ms since the stream began.
+        endpoint_by: what ended the turn: ``"model"`` (the end-of-turn model judged it
+            complete), ``"silence"`` (the silence bound: ``--min_silence_ms``, or
+            ``--turn_max_silence_ms`` with a model), ``"max_speech"`` or ``"end_of_input"``.
+        turn_probability: the end-of-turn model's last P(complete) for the turn, 0-1 (None:
+            no model, or it was not asked).
     """
 
     duration_ms: float = 0.0
     endpoint_delay_ms: float = 0.0
     audio_ms: float = 0.0
+    endpoint_by: str = "silence"
+    turn_probability: float | None = None
 
 
 @dataclass
@@ -100,6 +121,11 @@ class UserTranscriptDelta(Event):
     delta: str = ""
     stt_ms: float = 0.0
     audio_ms: float = 0.0
+
+
+@dataclass
+class EmptyTranscript(Event):
+    """The STT heard no words in a turn's audio (noise, a cough); the turn gets no response."""
 
 
 @dataclass
@@ -187,6 +213,58 @@ class ResponseInterrupted(Event):
 
 
 @dataclass
+class ReplyPaused(Event):
+    """User speech (turn ``turn_id``) paused the assistant's audio; the words will decide.
+
+    Attributes:
+        at: monotonic time the user started speaking (the audio is paused from there), s.
+        reply_turn_ids: the turns whose replies were in flight.
+    """
+
+    at: float = 0.0
+    reply_turn_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ReplyResumed(Event):
+    """What the user said during the reply (turn ``turn_id``) did not interrupt it: it plays on
+    from where it stopped, and the speech is neither answered nor kept in history.
+
+    Attributes:
+        reason: ``"backchannel"`` ("yeah", "mm-hmm"), ``"false_start"`` (no words worth
+            answering), ``"no_words"`` (the STT heard nothing) or ``"too_short"``
+            (shorter than ``min_speech_ms``).
+        text: the transcript, if any.
+        paused_ms: how long the reply was paused, ms.
+    """
+
+    reason: str = ""
+    text: str = ""
+    paused_ms: float = 0.0
+
+
+@dataclass
+class BargeIn(Event):
+    """User speech (turn ``turn_id``) interrupts the replies in flight: they are cancelled.
+
+    Attributes:
+        reason: ``"words"`` (the transcript, or a partial one, is not a backchannel) or
+            ``"timeout"`` (no verdict within ``--resume_within_ms``).
+        text: the words that decided, if any.
+        at: monotonic time the user started speaking (the replies are cut there), s.
+        decision_ms: from the start of the user's speech to this decision, ms.
+        keep_turn_ids: the user turns that survive the cancel (this one and any other still
+            being judged).
+    """
+
+    reason: str = ""
+    text: str = ""
+    at: float = 0.0
+    decision_ms: float = 0.0
+    keep_turn_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
 class TurnMetrics(Event):
     """Per-turn latencies in ms; None where a stage did not run (e.g. typed turns).
 
@@ -196,6 +274,7 @@ class TurnMetrics(Event):
         ttfa_ms: LLM request start → first audio at the sink.
         voice_to_voice_ms: end of user speech → first assistant audio at the sink.
         endpoint_delay_ms: end of user speech → VAD endpoint decision.
+        endpoint_by: what ended the user's turn (see :class:`SpeechStopped`).
     """
 
     stt_ms: float | None = None
@@ -203,6 +282,7 @@ class TurnMetrics(Event):
     ttfa_ms: float | None = None
     voice_to_voice_ms: float | None = None
     endpoint_delay_ms: float | None = None
+    endpoint_by: str | None = None
 
 
 @dataclass

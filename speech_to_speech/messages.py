@@ -67,6 +67,8 @@ class SpeechSegment:
         speculative: sent on a short pause before the endpoint was confirmed; its output is
             held until the VAD confirms the endpoint (see :mod:`speech_to_speech.speculation`)
             and dropped if the user speaks on (a new revision supersedes it).
+        during_reply: spoken while a reply was in flight, which it paused: as likely a
+            backchannel ("mm-hmm") as words (see :mod:`speech_to_speech.interruptions`).
     """
 
     stamp: Stamp
@@ -78,6 +80,7 @@ class SpeechSegment:
     wants_audio: bool = True
     respond: bool = True
     speculative: bool = False
+    during_reply: bool = False
 
 
 @dataclass

@@ -24,14 +24,25 @@ from speech_to_speech.audio_io import (
 )
 from speech_to_speech.cancel import Gate
 from speech_to_speech.cli import config_from_args
-from speech_to_speech.events import Event, EventBus, ResponseInterrupted, SpeechStarted, TurnSuperseded
+from speech_to_speech.events import (
+    BargeIn,
+    Event,
+    EventBus,
+    ReplyPaused,
+    ReplyResumed,
+    ResponseInterrupted,
+    SpeechStarted,
+    TurnSuperseded,
+)
 from speech_to_speech.handler import BaseHandler
+from speech_to_speech.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.lm_output import LMOutputProcessor
-from speech_to_speech.playback import Interrupt
+from speech_to_speech.playback import Interrupt, Pause, Resume
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.registry import get_backend
 from speech_to_speech.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
+from speech_to_speech.turn_detection import resolve_turn_detection
 from speech_to_speech.vad import SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
@@ -77,6 +88,12 @@ class Pipeline:
     queues: list[StageQueue] = field(default_factory=list)
     #: unconfirmed speculative turns, whose output the queues hold (None: no speculation)
     speculation: SpeculativeTurns | None = None
+    #: the replies in flight (None: not tracked, e.g. typed input)
+    replies: RepliesInFlight | None = None
+    #: judges user speech during a reply (None: speech cancels the reply at once)
+    interruptions: Interruptions | None = None
+    #: the VAD cancels what is in flight when speech starts without pausing it (``--interrupt_response``)
+    cancels_on_speech: bool = True
 
     @property
     def source(self) -> BaseHandler:
@@ -140,11 +157,21 @@ class Pipeline:
             raise PipelineError(_describe(self.source.setup_error))
 
     def on_event(self, event: Event) -> None:
-        """Barge-in: on speech start flush stale work and cut the reply being played;
-        when the sink reports what was heard, cut the reply in history to that; when a
-        speculative turn is superseded, drop its queued work (none of it reached the sink)."""
+        """Barge-in: on speech start flush stale work and cut the reply being played (or,
+        when the speech pauses the reply, pause the sink; resume it or, on a real
+        interruption, cancel and cut as for a barge-in); when the sink reports what was
+        heard, cut the reply in history to that; when a speculative turn is superseded,
+        drop its queued work (none of it reached the sink)."""
         if isinstance(event, SpeechStarted):
-            self.interrupt(event.time)
+            if not event.pauses_reply:
+                self.interrupt(event.time, report_silent=self.cancels_on_speech)
+        elif isinstance(event, ReplyPaused):
+            self._to_sink(Pause(event.at))
+        elif isinstance(event, ReplyResumed):
+            self._to_sink(Resume())
+        elif isinstance(event, BargeIn):
+            self.gate.cancel(keep_turns=event.keep_turn_ids)  # the user's speech stays valid
+            self.interrupt(event.at, report_silent=True, keep=event.keep_turn_ids)
         elif isinstance(event, TurnSuperseded):
             self.drop_stale()
         elif isinstance(event, ResponseInterrupted):
@@ -152,22 +179,35 @@ class Pipeline:
                 if isinstance(stage, BaseLLMHandler):
                     stage.apply_heard_text(event.turn_id, event.heard_text)
 
-    def interrupt(self, at: float) -> int:
+    def interrupt(self, at: float, report_silent: bool = False, keep: list[int] | None = None) -> int:
         """Drop every queued item whose stamp is stale and tell the sink to cut playback at ``at``.
 
-        The generation must already have moved on (the VAD bumps it on speech start).
+        The work to cut must already be stale (the VAD bumps the generation on speech start).
+
+        Args:
+            at: monotonic time the user started speaking, s.
+            report_silent: the replies in flight with no audio at the sink yet were cancelled:
+                publish that nothing of them was heard (a :class:`ResponseInterrupted` with no
+                words), so that history keeps no text of them. The sink reports the others.
+            keep: turns whose replies were not cancelled.
 
         Returns:
             The number of queued items dropped.
         """
-
         dropped = self.drop_stale()
-        sink_queue = self.sink.input_queue
-        if sink_queue is not None:
-            sink_queue.put_unless_stopped(Interrupt(at), self.stop_event)
+        self._to_sink(Interrupt(at))
         if dropped:
             logger.info("barge-in: dropped %d stale queued items", dropped)
+        if report_silent and self.replies is not None:
+            for turn_id in self.replies.silent(other_than=set(keep or ())):
+                self.bus.publish(ResponseInterrupted(turn_id, heard_text="", audio_end_ms=0.0))
         return dropped
+
+    def _to_sink(self, message: Interrupt | Pause | Resume) -> None:
+        """Put a control message on the sink's queue (in order with the audio before it)."""
+        sink_queue = self.sink.input_queue
+        if sink_queue is not None:
+            sink_queue.put_unless_stopped(message, self.stop_event)
 
     def drop_stale(self) -> int:
         """Drop every queued item whose stamp is stale; return how many were dropped."""
@@ -180,6 +220,8 @@ class Pipeline:
             Names of threads still alive after the timeout (normally empty).
         """
         self.stop_event.set()
+        if self.interruptions is not None:
+            self.interruptions.close()
         deadline = time.monotonic() + timeout_s
         for stage in self.stages:
             if stage.is_alive():
@@ -231,10 +273,18 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
     # turn, and its audio waits in front of the sink until the VAD confirms the endpoint
     speculation = None if args.input_text else SpeculativeTurns(gate)
     holds = {"llm_out": PauseUntilConfirmed, "audio_out": HoldUntilConfirmed}
+    # speech during a reply (audio input only) pauses it; its transcript is judged on its way to the LLM
+    replies = None if args.input_text else RepliesInFlight(bus)
+    interruptions = None
+    if replies is not None and args.interrupt_response and args.resume_within_ms > 0:
+        interruptions = Interruptions(bus, replies, args.resume_within_ms)
 
     def link(name: str) -> StageQueue:
-        hold = holds.get(name) if speculation is not None else None
-        q = StageQueue(QUEUE_SIZES[name]) if hold is None else hold(speculation, QUEUE_SIZES[name])
+        if name == "transcripts" and interruptions is not None:
+            q: StageQueue = JudgedTranscripts(interruptions, QUEUE_SIZES[name])
+        else:
+            hold = holds.get(name) if speculation is not None else None
+            q = StageQueue(QUEUE_SIZES[name]) if hold is None else hold(speculation, QUEUE_SIZES[name])
         queues.append(q)
         return q
 
@@ -254,6 +304,11 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
         chosen = {"vad": args.vad, "stt": args.stt, **chosen}
     for stage, name in chosen.items():
         get_backend(stage, name)
+    if not args.input_text:
+        try:  # an unknown mode, or smart_turn without its model, fails before anything loads
+            resolve_turn_detection(args.turn_detection)
+        except (ValueError, FileNotFoundError) as exc:
+            raise PipelineError(str(exc)) from None
 
     if args.input_text:
         transcripts = link("transcripts")
@@ -282,12 +337,16 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
         stages.append(backend_stage("stt", args.stt, segments, transcripts))
         for stage in stages[-2:]:
             stage.speculation = speculation  # type: ignore[attr-defined]
+        stages[-2].semantic_turns = True  # type: ignore[attr-defined]  # the model of --turn_detection
+        stages[-2].interruptions = interruptions  # type: ignore[attr-defined]
     llm_out, tts_inputs, audio_out = link("llm_out"), link("tts_inputs"), link("audio_out")
     stages.append(backend_stage("llm", args.llm_backend, transcripts, llm_out))
     stages.append(LMOutputProcessor(input_queue=llm_out, output_queue=tts_inputs, name="lm_output", **common))
     stages.append(backend_stage("tts", args.tts, tts_inputs, audio_out))
     stages.append(_make_sink(args, audio_out, clock, common))
-    pipeline = Pipeline(stages, stop, gate, bus, clock, queues, speculation)
+    pipeline = Pipeline(
+        stages, stop, gate, bus, clock, queues, speculation, replies, interruptions, bool(args.interrupt_response)
+    )
     bus.subscribe(pipeline.on_event)
     return pipeline
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.events import UserTranscript, UserTranscriptDelta
+from speech_to_speech.events import EmptyTranscript, UserTranscript, UserTranscriptDelta
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import PartialSpeech, SpeechSegment, Transcript
 from speech_to_speech.speculation import SpeculativeTurns
@@ -176,6 +176,12 @@ class BaseSTTHandler(BaseHandler):
         """Return ``(text, language)`` for float32 mono ``samples`` at ``sample_rate`` Hz."""
         raise NotImplementedError
 
+    def transcribe_during_reply(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
+        """Like :meth:`transcribe`, for speech heard while a reply was playing: as likely a
+        backchannel ("mm-hmm", "uh-huh") as words, which an engine may be told to expect.
+        Defaults to :meth:`transcribe`."""
+        return self.transcribe(samples, sample_rate)
+
     def transcribe_partial(self, samples: np.ndarray, sample_rate: int) -> str:
         """Text of unfinished speech (float32 mono at ``sample_rate`` Hz); defaults to :meth:`transcribe`."""
         return self.transcribe(samples, sample_rate)[0]
@@ -207,11 +213,13 @@ class BaseSTTHandler(BaseHandler):
         if not self.gate.admits(item.stamp):
             return
         start = time.monotonic()
-        text, language = self.transcribe(item.samples, item.sample_rate)
+        transcribe = self.transcribe_during_reply if item.during_reply else self.transcribe
+        text, language = transcribe(item.samples, item.sample_rate)
         stt_ms = self._timed(len(item.samples), start)
         text = text.strip()
         if not text:
             logger.info("turn %d: empty transcript, no response", item.stamp.turn_id)
+            self.bus.publish(EmptyTranscript(item.stamp.turn_id))
             return
         if not self.gate.admits(item.stamp):
             return

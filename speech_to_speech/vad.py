@@ -1,10 +1,14 @@
-"""Endpointing: turning per-chunk speech probabilities into user turns.
+"""The VAD stage: per-chunk speech probabilities into user turns.
 
-The backend (e.g. Silero) only scores fixed-size chunks; this module decides
-where speech starts and ends. The hysteresis (enter speech at ``threshold``,
-leave below ``threshold - 0.15``) follows the iterator in the Silero VAD
-project's utilities; the pre-roll and padding keep soft word onsets and
-endings that score below threshold.
+The backend (e.g. Silero) only scores fixed-size chunks; the state machine in
+:mod:`speech_to_speech.endpointer` decides where speech starts and ends. A turn
+ends on silence (``--turn_detection silence``: ``min_silence_ms``) or, with an
+end-of-turn model (:mod:`speech_to_speech.turn_detection`), as soon as the model
+judges the utterance complete after a short pause, else after ``turn_max_silence_ms``.
+
+Speech that starts while a reply is in flight cancels it (barge-in), or, with
+:attr:`BaseVADHandler.interruptions` set, pauses it until its words are known
+(:mod:`speech_to_speech.interruptions`).
 
 Two things happen before an endpoint, to save time after it:
 
@@ -17,24 +21,56 @@ Two things happen before an endpoint, to save time after it:
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from speech_to_speech.cancel import Stamp
-from speech_to_speech.events import SpeechStarted, SpeechStopped, TurnSpeculated, TurnSuperseded
+from speech_to_speech.endpointer import (
+    CHUNK_SAMPLES,
+    DEFAULT_PAUSE_MS,
+    RESUMED,
+    SAMPLE_RATE,
+    Endpoint,
+    Endpointer,
+    Speculation,
+)
+from speech_to_speech.events import (
+    SpeechDiscarded,
+    SpeechStarted,
+    SpeechStopped,
+    TurnSpeculated,
+    TurnSuperseded,
+)
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import AudioChunk, PartialSpeech, SpeechSegment
 from speech_to_speech.speculation import SpeculativeTurns
+from speech_to_speech.turn_detection import (
+    EAGERNESS_MAX_SILENCE_MS,
+    TurnDetector,
+    TurnModelUnavailable,
+    load_turn_detector,
+)
+
+if TYPE_CHECKING:
+    from speech_to_speech.interruptions import Interruptions
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
-CHUNK_SAMPLES = 512  # 32 ms at 16 kHz, the frame size Silero VAD v5 expects
+__all__ = [
+    "CHUNK_SAMPLES",
+    "RESUMED",
+    "SAMPLE_RATE",
+    "BaseVADHandler",
+    "Endpoint",
+    "Endpointer",
+    "Speculation",
+    "VADConfig",
+]
 
 
 @dataclass
@@ -55,6 +91,14 @@ class VADConfig:
             Only where the pipeline holds unconfirmed output (local mode; not the realtime server).
         partial_interval_ms: while the user speaks, send the audio so far for a partial
             transcript every this much audio, ms; 0 disables.
+        turn_detection: how a turn ends: ``"smart_turn"`` (an end-of-turn model judges each
+            pause of ``speculative_silence_ms``), ``"silence"`` (``min_silence_ms``) or
+            ``"auto"`` (``smart_turn`` when its model is installed). Local mode only for now.
+        turn_threshold: P(complete) from the end-of-turn model that ends the turn at once (0-1).
+        turn_max_silence_ms: with the model, the silence that ends a turn it judged unfinished, ms.
+        resume_within_ms: speech during a reply pauses it; a backchannel or false start
+            judged within this time (from the start of the speech) resumes it, anything
+            else cancels it, ms; 0: speech cancels the reply at once (no pause). Local mode only.
     """
 
     vad_threshold: float = 0.5
@@ -66,169 +110,10 @@ class VADConfig:
     turn_grace_ms: int = 700
     speculative_silence_ms: int = 200
     partial_interval_ms: int = 500
-
-
-@dataclass
-class Endpoint:
-    """One utterance found by :class:`Endpointer`.
-
-    Attributes:
-        samples: float32 audio including pre-roll and end padding.
-        speech_end_offset: stream sample index where speech ended (before padding).
-        confirms_speculation: a :class:`Speculation` came before and no speech since: this
-            endpoint confirms it (its audio is the same speech).
-    """
-
-    samples: np.ndarray
-    speech_end_offset: int
-    confirms_speculation: bool = False
-
-
-@dataclass
-class Speculation:
-    """A pause of ``speculative_silence_ms`` in an utterance: maybe its end, not yet confirmed.
-
-    Attributes:
-        samples: float32 audio so far, including pre-roll and end padding (as an endpoint would).
-        speech_end_offset: stream sample index where speech ended (before padding).
-    """
-
-    samples: np.ndarray
-    speech_end_offset: int
-
-
-#: returned by :meth:`Endpointer.feed` when speech resumes after a :class:`Speculation`
-RESUMED = "resumed"
-
-
-class Endpointer:
-    """A streaming speech/silence state machine over fixed-size chunks.
-
-    Feed each chunk with its speech probability; :meth:`feed` returns
-    ``"start"`` when speech begins, a :class:`Speculation` after
-    ``speculative_silence_ms`` of silence, :data:`RESUMED` when speech comes back
-    after a speculation, an :class:`Endpoint` when a turn ends, otherwise None.
-
-    Args:
-        config: thresholds and durations.
-        sample_rate: Hz of the chunks.
-        chunk_samples: samples per chunk.
-    """
-
-    def __init__(self, config: VADConfig, sample_rate: int = SAMPLE_RATE, chunk_samples: int = CHUNK_SAMPLES) -> None:
-        if not 0.0 < config.vad_threshold < 1.0:
-            raise ValueError(f"vad_threshold must be in (0, 1), got {config.vad_threshold}")
-        self.config = config
-        self.sample_rate = sample_rate
-        self.chunk_samples = chunk_samples
-        ms_per_chunk = 1000 * chunk_samples / sample_rate
-        self._off_threshold = max(0.01, config.vad_threshold - 0.15)
-        self._silence_chunks = max(1, round(config.min_silence_ms / ms_per_chunk))
-        self._min_speech_chunks = max(1, round(config.min_speech_ms / ms_per_chunk))
-        self._pad_chunks = round(config.speech_pad_ms / ms_per_chunk)
-        self._max_chunks = max(1, round(config.max_speech_ms / ms_per_chunk))
-        speculative = round(config.speculative_silence_ms / ms_per_chunk) if config.speculative_silence_ms > 0 else 0
-        #: silent chunks after which a speculation is reported (0: never)
-        self.speculative_chunks = max(1, speculative) if 0 < speculative < self._silence_chunks else 0
-        self._preroll: collections.deque[np.ndarray] = collections.deque(maxlen=self._pad_chunks)
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget any utterance in progress."""
-        self.in_speech = False
-        self.last_chunk_was_speech = False
-        self._chunks: list[np.ndarray] = []
-        self._speech_chunks = 0
-        self._silent_run = 0
-        self._offset = 0
-        self._last_speech_end = 0
-        self._speculated = False
-        self._preroll.clear()
-
-    @property
-    def offset(self) -> int:
-        """Samples fed since the last :meth:`reset`."""
-        return self._offset
-
-    @property
-    def silent_run(self) -> int:
-        """Silent chunks since speech was last heard in the utterance in progress (0 outside one)."""
-        return self._silent_run if self.in_speech else 0
-
-    def utterance_audio(self) -> np.ndarray:
-        """float32 audio of the utterance in progress so far (pre-roll included; empty outside one)."""
-        if not self.in_speech or not self._chunks:
-            return np.zeros(0, dtype=np.float32)
-        return np.concatenate(self._chunks).astype(np.float32, copy=False)
-
-    def feed(self, chunk: np.ndarray, probability: float) -> str | Endpoint | Speculation | None:
-        """Advance by one chunk scored ``probability`` (0–1)."""
-        self._offset += len(chunk)
-        self.last_chunk_was_speech = probability >= (
-            self._off_threshold if self.in_speech else self.config.vad_threshold
-        )
-        if not self.in_speech:
-            if probability >= self.config.vad_threshold:
-                self.in_speech = True
-                self._chunks = [*list(self._preroll), chunk]
-                self._speech_chunks = 1
-                self._silent_run = 0
-                self._last_speech_end = self._offset
-                self._preroll.clear()
-                return "start"
-            self._preroll.append(chunk)
-            return None
-        self._chunks.append(chunk)
-        resumed = False
-        if probability >= self._off_threshold:
-            self._speech_chunks += 1 + self._silent_run
-            self._silent_run = 0
-            self._last_speech_end = self._offset
-            resumed, self._speculated = self._speculated, False
-        else:
-            self._silent_run += 1
-        if self._silent_run >= self._silence_chunks or len(self._chunks) >= self._max_chunks:
-            return self._finish()
-        if resumed:
-            return RESUMED
-        if (
-            self._silent_run == self.speculative_chunks
-            and self.speculative_chunks
-            and self._speech_chunks >= self._min_speech_chunks
-        ):
-            self._speculated = True
-            return Speculation(self._kept_audio(), self._last_speech_end)
-        return None
-
-    def flush(self) -> Endpoint | None:
-        """End the stream: return the utterance in progress, if long enough."""
-        if not self.in_speech:
-            return None
-        return self._finish()
-
-    def _kept_chunks(self) -> int:
-        """Chunks of the utterance kept at its end: trailing silence beyond the padding is cut."""
-        return len(self._chunks) - max(0, self._silent_run - self._pad_chunks)
-
-    def _kept_audio(self) -> np.ndarray:
-        return np.concatenate(self._chunks[: self._kept_chunks()]).astype(np.float32, copy=False)
-
-    def _finish(self) -> Endpoint | None:
-        keep = self._kept_chunks()
-        chunks = self._chunks[:keep]
-        long_enough = self._speech_chunks >= self._min_speech_chunks
-        speech_end = self._last_speech_end
-        confirms = self._speculated
-        if self._pad_chunks:  # the trimmed silence is the next utterance's pre-roll
-            self._preroll.extend(self._chunks[keep:])
-        self.in_speech = False
-        self._chunks = []
-        self._speech_chunks = 0
-        self._silent_run = 0
-        self._speculated = False
-        if not long_enough or not chunks:
-            return None
-        return Endpoint(np.concatenate(chunks).astype(np.float32, copy=False), speech_end, confirms)
+    turn_detection: str = "auto"
+    turn_threshold: float = 0.5
+    turn_max_silence_ms: int = 2000
+    resume_within_ms: int = 1500
 
 
 class BaseVADHandler(BaseHandler):
@@ -238,7 +123,9 @@ class BaseVADHandler(BaseHandler):
     chunks. Backends implement :meth:`load` and :meth:`speech_probability`.
 
     When speech starts, the cancel scope is bumped (barge-in: every reply in
-    flight becomes stale) unless ``interrupt_response`` is off. Speech that
+    flight becomes stale) unless ``interrupt_response`` is off, or, with
+    :attr:`interruptions` set and a reply to another turn in flight, the reply is
+    paused instead (``SpeechStarted.pauses_reply``): its words decide. Speech that
     resumes within ``turn_grace_ms`` of an endpoint reopens that turn as a new
     revision; its segment holds the earlier audio too, so the transcript is whole.
 
@@ -250,6 +137,11 @@ class BaseVADHandler(BaseHandler):
 
     While speech goes on, :class:`PartialSpeech` with the audio so far is sent every
     ``partial_interval_ms`` of audio, only when the STT has nothing waiting.
+
+    With :attr:`semantic_turns` set by the builder, :meth:`setup` loads the end-of-turn
+    model of ``turn_detection``; at each pause it judges the utterance first: "complete"
+    endpoints at once (a plain segment, nothing to hold), "unfinished" sends the turn on
+    speculatively and waits up to ``turn_max_silence_ms``.
     """
 
     def __init__(self, *args: object, config: VADConfig, device: str = "cpu", **kwargs: object) -> None:
@@ -265,13 +157,48 @@ class BaseVADHandler(BaseHandler):
         self._last_time = 0.0
         self._speculative: Stamp | None = None  # the revision sent on a pause, not yet confirmed
         self._partial_offset = 0  # endpointer offset of the last partial request
+        self._start_offset = 0  # endpointer offset where the utterance in progress started
         #: answer each endpointed turn (False: only transcribe it; the client asks for responses)
         self.create_response = True
         #: where unconfirmed turns are held; None (the default) disables speculative turns
         self.speculation: SpeculativeTurns | None = None
+        #: end turns with the model of ``config.turn_detection`` (False, the default: on silence only)
+        self.semantic_turns = False
+        #: the loaded end-of-turn model (None: silence only)
+        self.turn_detector: TurnDetector | None = None
+        #: judges speech during a reply (None, the default: speech cancels the reply at once)
+        self.interruptions: Interruptions | None = None
+        self._turn_probability: float | None = None  # the model's last verdict on this utterance
+        self._during_reply = False  # the utterance in progress paused a reply
 
     def setup(self) -> None:
         self.load()
+        if self.semantic_turns:
+            self.turn_detector = load_turn_detector(self.config.turn_detection, self.config.turn_threshold)
+            if self.turn_detector is not None:
+                self.endpointer = Endpointer(self.config, semantic=True)
+
+    def set_eagerness(self, eagerness: str | None) -> None:
+        """Turn detection as a realtime client asks for it (called in this stage's thread).
+
+        Args:
+            eagerness: ``semantic_vad``'s ``"low"``, ``"medium"``, ``"high"`` or ``"auto"``: end
+                turns with the end-of-turn model, an unfinished one after the silence of
+                :data:`~speech_to_speech.turn_detection.EAGERNESS_MAX_SILENCE_MS` (high: soon);
+                None (``server_vad``): on ``min_silence_ms`` of silence only. Without the
+                model installed, ``semantic_vad`` also ends turns on silence (logged).
+        """
+        if eagerness is not None and self.turn_detector is None:
+            try:
+                self.turn_detector = load_turn_detector("smart_turn", self.config.turn_threshold)
+            except (TurnModelUnavailable, ValueError) as exc:
+                logger.warning("semantic_vad: %s; turns end on silence", exc)
+        if eagerness is None or self.turn_detector is None:
+            self.turn_detector = None
+            self.endpointer = Endpointer(self.config)
+            return
+        self.config.turn_max_silence_ms = EAGERNESS_MAX_SILENCE_MS.get(eagerness, EAGERNESS_MAX_SILENCE_MS["auto"])
+        self.endpointer = Endpointer(self.config, semantic=True)
 
     def load(self) -> None:
         """Load the VAD model."""
@@ -296,7 +223,7 @@ class BaseVADHandler(BaseHandler):
             if result == "start":
                 self._start_turn()
             elif isinstance(result, Speculation):
-                yield from self._speculate(result)
+                yield from self._pause(result)
             elif result == RESUMED:
                 self._supersede()
             elif isinstance(result, Endpoint):
@@ -306,17 +233,28 @@ class BaseVADHandler(BaseHandler):
                 if len(self._prefix):
                     yield from self._segment(Endpoint(np.zeros(0, dtype=np.float32), self.endpointer.offset))
                 else:
-                    self._stamp = None
+                    stamp, self._stamp = self._stamp, None
+                    speech_ms = 1000 * (self.endpointer.offset - self._start_offset) / SAMPLE_RATE
+                    self.bus.publish(SpeechDiscarded(stamp.turn_id, speech_ms=speech_ms))
             if self._partial_due():
                 yield self._partial(item.time)
 
     def _start_turn(self) -> None:
-        if self.config.interrupt_response:
-            self.gate.scope.cancel()  # barge-in: whatever is in flight is stale from now on
         grace = self.config.turn_grace_ms * SAMPLE_RATE // 1000
         recent = self._last is not None and time.monotonic() - self._last_time <= self.config.turn_grace_ms / 1000
         # both the audio and the wall clock must agree the pause was short (a client may stop sending)
-        if self._last is not None and recent and self.endpointer.offset - self._last[2] <= grace:
+        reopens = self._last is not None and recent and self.endpointer.offset - self._last[2] <= grace
+        pauses = False
+        if self.config.interrupt_response:
+            reopened = self._last[0].turn_id if reopens and self._last is not None else None
+            # a reply to another turn is in flight: pause it, the words will decide; else barge in
+            pauses = self.interruptions is not None and self.interruptions.reply_in_flight(other_than=reopened)
+            if not pauses:
+                self.gate.scope.cancel()  # barge-in: whatever is in flight is stale from now on
+        self._turn_probability = None
+        self._start_offset = self.endpointer.offset
+        self._during_reply = pauses or (reopens and self._during_reply)
+        if reopens and self._last is not None:
             previous, audio, _ = self._last
             self._stamp = self.gate.stamp(previous.turn_id, self.gate.turns.revise(previous.turn_id))
             self._prefix = audio
@@ -325,7 +263,9 @@ class BaseVADHandler(BaseHandler):
             self._prefix = np.zeros(0, dtype=np.float32)
         self._partial_offset = self.endpointer.offset
         start_ms = 1000 * max(0, self.endpointer.offset - CHUNK_SAMPLES) / SAMPLE_RATE
-        self.bus.publish(SpeechStarted(self._stamp.turn_id, revision=self._stamp.revision, audio_ms=start_ms))
+        self.bus.publish(
+            SpeechStarted(self._stamp.turn_id, revision=self._stamp.revision, audio_ms=start_ms, pauses_reply=pauses)
+        )
 
     # -- partial transcripts ---------------------------------------------------------------
     def _partial_due(self) -> bool:
@@ -345,12 +285,30 @@ class BaseVADHandler(BaseHandler):
         self._partial_offset = self.endpointer.offset
         audio = self.endpointer.utterance_audio()
         samples = np.concatenate([self._prefix, audio]) if len(self._prefix) else audio
-        # the next segment needs this much silence first: speculative if that is on, else the endpoint
-        speculative = self.speculation is not None and self.endpointer.speculative_chunks > 0
-        silence_ms = self.config.speculative_silence_ms if speculative else self.config.min_silence_ms
+        # the next segment needs this much silence first: the pause if anything happens there, else the endpoint
+        at_pause = self.turn_detector is not None or self.speculation is not None
+        if at_pause and self.endpointer.speculative_chunks > 0:
+            silence_ms = self.config.speculative_silence_ms or DEFAULT_PAUSE_MS
+        else:
+            silence_ms = self.config.min_silence_ms
         return PartialSpeech(self._stamp, samples, SAMPLE_RATE, time=now, deadline=now + silence_ms / 1000)
 
-    # -- speculative turns -------------------------------------------------------------------
+    # -- pauses: the end-of-turn model, speculative turns ----------------------------------------
+    def _pause(self, pause: Speculation) -> Iterator[SpeechSegment]:
+        """A short pause: the model may end the turn now; if not, send it on speculatively."""
+        if self.turn_detector is not None:
+            samples = np.concatenate([self._prefix, pause.samples]) if len(self._prefix) else pause.samples
+            verdict = self.turn_detector.judge(samples)
+            self._turn_probability = verdict.probability
+            logger.debug("end of turn: p=%.2f in %.0f ms", verdict.probability, verdict.ms)
+            if verdict.complete:
+                endpoint = self.endpointer.end_turn()
+                if endpoint is not None:
+                    yield from self._segment(endpoint)
+                return
+        if self.config.speculative_silence_ms > 0:
+            yield from self._speculate(pause)
+
     def _speculate(self, speculation: Speculation) -> Iterator[SpeechSegment]:
         if self.speculation is None:
             return
@@ -370,6 +328,7 @@ class BaseVADHandler(BaseHandler):
             stream_end_offset=speculation.speech_end_offset,
             respond=self.create_response,
             speculative=True,
+            during_reply=self._during_reply,
         )
 
     def _supersede(self) -> None:
@@ -404,8 +363,16 @@ class BaseVADHandler(BaseHandler):
         duration_ms = 1000 * len(samples) / SAMPLE_RATE
         end_ms = 1000 * endpoint.speech_end_offset / SAMPLE_RATE
         self.bus.publish(
-            SpeechStopped(stamp.turn_id, duration_ms=duration_ms, endpoint_delay_ms=delay_ms, audio_ms=end_ms)
+            SpeechStopped(
+                stamp.turn_id,
+                duration_ms=duration_ms,
+                endpoint_delay_ms=delay_ms,
+                audio_ms=end_ms,
+                endpoint_by=endpoint.by,
+                turn_probability=self._turn_probability,
+            )
         )
+        self._turn_probability = None
         if confirmed and speculative is not None and self.speculation is not None:
             self.speculation.confirm(speculative)  # its transcript and reply are on their way: release them
             return
@@ -417,4 +384,5 @@ class BaseVADHandler(BaseHandler):
             endpoint_time=now,
             stream_end_offset=endpoint.speech_end_offset,
             respond=self.create_response,
+            during_reply=self._during_reply,
         )

@@ -1,0 +1,406 @@
+"""Helpers for turn-taking tests and ``scripts/benchmark_turns.py``: real speech, real models.
+
+* speech: LibriVox clips cut to their speech, the same clips cut mid-phrase, and short
+  utterances synthesised with the embedded Piper voice (backchannels, "wait, stop");
+* :func:`offline_endpoints`: the real VAD stage (Silero, and Smart Turn unless told
+  otherwise) fed a recording chunk by chunk, faster than real time, with the endpoint
+  delay measured on the stream's own timeline (plus the model's real compute time);
+* :class:`ScriptedLLM`: answers a question with a long fixed reply (so there is a reply to
+  talk over) and anything else with a short one quoting it;
+* :class:`TurnRun`: the local pipeline on a scripted real-time input, recording its events
+  and every chunk of audio delivered to the sink.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from speech_to_speech.audio_io import StreamClock, load_audio
+from speech_to_speech.cancel import Gate, Stamp
+from speech_to_speech.cli import parse_args
+from speech_to_speech.events import Event, EventBus, SpeechStopped, StageError
+from speech_to_speech.handler import BaseHandler
+from speech_to_speech.llm import LLMConfig
+from speech_to_speech.local_llm import LocalLLMHandler
+from speech_to_speech.messages import END_OF_STREAM, AudioChunk, AudioOutput
+from speech_to_speech.pipeline import Pipeline, build_pipeline
+from speech_to_speech.queues import StageQueue
+from speech_to_speech.registry import Backend, register
+from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE, VADConfig
+from tests.helpers import BusLog
+from tests.speech_utils import librivox_clips
+
+#: the reply :class:`ScriptedLLM` gives to a question (about 9 s of speech with the embedded voice)
+LONG_REPLY = (
+    "Paris is the capital of France, and it has been for a very long time. "
+    "It sits on the river Seine, in the north of the country, and about two million people live there."
+)
+#: a longer one (about 19 s), for several backchannels in one reply
+LONGER_REPLY = (
+    f"{LONG_REPLY} The city is famous for its museums, its cafes and its wide old streets. "
+    "Many visitors come every year to see the tower, the cathedral and the gardens along the river."
+)
+#: the question the runs ask (3.3 s, "Hi there! What is the capital of France?")
+QUESTION = Path(__file__).parent / "data" / "question-capital.wav"
+#: 20 ms frames above this share of the loudest frame count as speech
+SPEECH_LEVEL = 0.05
+#: words after which a phrase cannot end (a cut there leaves the turn obviously unfinished)
+CONTINUES = {
+    "a", "an", "the", "to", "of", "in", "on", "for", "and", "or", "but", "his", "her", "their", "my",
+    "had", "has", "have", "was", "were", "is", "be", "been", "might", "would", "could", "more", "than",
+    "not", "very", "rather", "how", "if", "unless", "he", "she", "they", "much", "there", "then",
+}  # fmt: skip
+
+
+def speech_bounds(samples: np.ndarray, rate: int = SAMPLE_RATE) -> tuple[int, int]:
+    """(first, last + 1) sample of the frames louder than :data:`SPEECH_LEVEL` of the loudest (20 ms frames)."""
+    frame = rate // 50
+    frames = samples[: len(samples) // frame * frame].reshape(-1, frame)
+    rms = np.sqrt((frames**2).mean(axis=1))
+    loud = np.flatnonzero(rms > SPEECH_LEVEL * rms.max())
+    return int(loud[0]) * frame, (int(loud[-1]) + 1) * frame
+
+
+def speech_only(samples: np.ndarray, margin_s: float = 0.05) -> np.ndarray:
+    """``samples`` cut to their speech, ``margin_s`` kept on each side."""
+    start, end = speech_bounds(samples)
+    margin = int(margin_s * SAMPLE_RATE)
+    return samples[max(0, start - margin) : end + margin]
+
+
+def librivox_speech() -> dict[str, tuple[np.ndarray, str]]:
+    """Every LibriVox clip (name → speech-only 16 kHz audio, reference transcript)."""
+    return {path.stem: (speech_only(load_audio(path)), ref) for path, ref in sorted(librivox_clips().items())}
+
+
+@dataclass
+class Cut:
+    """An utterance cut mid-phrase.
+
+    Attributes:
+        samples: the audio up to the cut (16 kHz), no silence after it.
+        fraction: where the cut falls in the speech, 0-1.
+        last_word: the word before the cut.
+    """
+
+    samples: np.ndarray
+    fraction: float
+    last_word: str
+
+
+def mid_phrase_cuts(samples: np.ndarray, low: float = 0.5, high: float = 0.7) -> list[Cut]:
+    """Cuts of ``samples`` (speech only) at word ends between ``low`` and ``high`` of the speech,
+    after a word that cannot end a phrase (:data:`CONTINUES`), each at the quietest point near
+    that word end (a pause when the reader made one). Word ends come from the embedded Whisper."""
+    from faster_whisper import WhisperModel
+
+    from handlers.stt.faster_whisper_stt import embedded_model_path
+
+    model = WhisperModel(embedded_model_path(), device="cpu", compute_type="int8", cpu_threads=1)
+    segments, _ = model.transcribe(samples, language="en", word_timestamps=True, beam_size=1, vad_filter=False)
+    words = [w for s in segments for w in (s.words or [])]
+    if not words:
+        return []
+    first, last = words[0].start, words[-1].end
+    frame = SAMPLE_RATE // 100
+    cuts = []
+    for word in words[:-1]:
+        fraction = (word.end - first) / max(1e-6, last - first)
+        name = re.sub(r"[^a-z']", "", word.word.lower())
+        if not low <= fraction <= high or name not in CONTINUES:
+            continue
+        # the quietest 10 ms frame within 60 ms of the word's end
+        around = int(word.end * SAMPLE_RATE)
+        lo, hi = max(0, around - 6 * frame), min(len(samples) - frame, around + 6 * frame)
+        energies = [float(np.mean(samples[i : i + frame] ** 2)) for i in range(lo, hi, frame)]
+        at = lo + frame * int(np.argmin(energies)) if energies else around
+        cuts.append(Cut(samples[:at], fraction, name))
+    return cuts
+
+
+def synthesize(text: str, noisy: bool = False, length_scale: float = 1.0) -> np.ndarray:
+    """``text`` spoken by the embedded Piper voice, 16 kHz float32, cut to its speech.
+
+    Args:
+        text: what to say.
+        noisy: with Piper's usual sampling noise (another rendition every call); off, the
+            same audio every time.
+        length_scale: > 1 speaks slower.
+    """
+    import soxr
+    from piper.config import SynthesisConfig
+
+    from handlers.tts.piper_tts import embedded_voice, load_voice
+    from speech_to_speech.shared import shared_model
+
+    paths = embedded_voice()
+    voice = shared_model(("piper", *paths, False), lambda: load_voice(paths[0], paths[1]))
+    config = SynthesisConfig(
+        noise_scale=0.667 if noisy else 0.0, noise_w_scale=0.8 if noisy else 0.0, length_scale=length_scale
+    )
+    chunks = list(voice.synthesize(text, syn_config=config))
+    audio = np.concatenate([c.audio_float_array for c in chunks]).astype(np.float32)
+    audio = soxr.resample(audio, chunks[0].sample_rate, SAMPLE_RATE).astype(np.float32)
+    return speech_only(audio, margin_s=0.03)
+
+
+def silence(seconds: float) -> np.ndarray:
+    """``seconds`` of digital silence at 16 kHz."""
+    return np.zeros(int(seconds * SAMPLE_RATE), dtype=np.float32)
+
+
+# -- endpointing offline ---------------------------------------------------------------------------
+
+
+@dataclass
+class OfflineEndpoint:
+    """One endpoint found by :func:`offline_endpoints`.
+
+    Attributes:
+        speech_end_ms: where the VAD heard speech end, ms into the input.
+        decided_ms: where the endpoint was decided, ms into the input.
+        delay_ms: decided - speech end, plus the compute time of the model call that decided (ms).
+        by: what ended the turn (see :class:`~speech_to_speech.events.SpeechStopped`).
+        probability: the model's last P(complete), or None.
+    """
+
+    speech_end_ms: float
+    decided_ms: float
+    delay_ms: float
+    by: str
+    probability: float | None
+
+
+def offline_endpoints(samples: np.ndarray, flags: list[str] | None = None) -> list[OfflineEndpoint]:
+    """Feed ``samples`` (16 kHz) through the real Silero VAD stage, as fast as it goes.
+
+    Args:
+        samples: the input, silence after the speech included.
+        flags: command-line flags for the VAD settings (e.g. ``["--turn_detection", "silence"]``).
+    """
+    from handlers.vad.silero_vad import SileroVADHandler
+    from speech_to_speech.cli import config_from_args
+
+    args = parse_args(flags or [])
+    config = config_from_args(VADConfig, args)
+    bus, gate = EventBus(), Gate()
+    stopped: list[SpeechStopped] = []
+    bus.subscribe(lambda e: stopped.append(e) if isinstance(e, SpeechStopped) else None)
+    vad = SileroVADHandler(threading.Event(), StageQueue(1), StageQueue(64), gate, bus, config=config, name="vad")
+    vad.semantic_turns = True
+    vad.setup()
+    model_ms: list[float] = [0.0]
+    detector = vad.turn_detector
+    if detector is not None:
+        judge = detector.judge
+
+        def timed(audio: np.ndarray) -> Any:
+            verdict = judge(audio)
+            model_ms[0] = verdict.ms
+            return verdict
+
+        detector.judge = timed  # type: ignore[method-assign]
+    found: list[OfflineEndpoint] = []
+    for offset in range(0, len(samples) - CHUNK_SAMPLES + 1, CHUNK_SAMPLES):
+        before = len(stopped)
+        chunk = AudioChunk(samples[offset : offset + CHUNK_SAMPLES], SAMPLE_RATE, time.monotonic(), offset)
+        for _ in vad.process(chunk) or ():
+            pass
+        for event in stopped[before:]:
+            decided_ms = 1000 * (offset + CHUNK_SAMPLES) / SAMPLE_RATE
+            compute = model_ms[0] if event.endpoint_by == "model" else 0.0
+            delay = decided_ms - event.audio_ms + compute
+            found.append(OfflineEndpoint(event.audio_ms, decided_ms, delay, event.endpoint_by, event.turn_probability))
+    for _ in vad.on_end_of_stream() or ():
+        pass
+    for event in stopped[len(found) :]:
+        found.append(OfflineEndpoint(event.audio_ms, 1000 * len(samples) / SAMPLE_RATE, 0.0, event.endpoint_by, None))
+    return found
+
+
+# -- the pipeline on scripted input ------------------------------------------------------------------
+
+
+class ScriptedLLM(LocalLLMHandler):
+    """Answers a question (text with "capital") with :attr:`long_reply`, anything else with
+    "You said: <text>.". Instant and deterministic, so what history holds can be checked exactly.
+
+    Attributes:
+        heard: the user text of every request, in order.
+        long_reply: the answer to a question (a class attribute: the pipeline builds the stage).
+    """
+
+    heard: list[str]
+    long_reply = LONG_REPLY
+
+    def load(self) -> None:
+        self.heard = []
+
+    def stream(
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+    ) -> Iterator[str]:
+        text = str(messages[-1].get("content", ""))
+        self.heard.append(text)
+        reply = self.long_reply if "capital" in text.lower() else f"You said: {text.strip().rstrip('.')}."
+        for word in reply.split(" "):
+            if should_stop():
+                return
+            yield word + " "
+
+
+register(Backend("turn-script", "llm", LLMConfig, "tests.turn_harness:ScriptedLLM", summary="test"))
+
+
+class ScriptedSource(BaseHandler):
+    """Plays ``parts`` on one real-time stream: an array is played, a callable is silence until it
+    returns True (at most ``wait_s``), then the end of the stream.
+
+    Attributes:
+        marks: for each part, the stream offsets (samples) where it started and ended.
+        waited_out: a condition was not met in time.
+    """
+
+    def __init__(self, *args: Any, parts: list[Any], clock: StreamClock, wait_s: float = 60.0, **kwargs: Any) -> None:
+        super().__init__(*args, input_queue=None, **kwargs)
+        self.parts = parts
+        self.clock = clock
+        self.wait_s = wait_s
+        self.offset = 0
+        self.marks: list[tuple[int, int]] = []
+        self.waited_out = False
+
+    def _send(self, chunk: np.ndarray) -> bool:
+        due = self.clock.start + (self.offset + len(chunk)) / SAMPLE_RATE
+        if due > time.monotonic() and self.stop_event.wait(due - time.monotonic()):
+            return False
+        sent = self.emit(AudioChunk(chunk, SAMPLE_RATE, time.monotonic(), self.offset))
+        self.offset += len(chunk)
+        return sent
+
+    def wall_time(self, offset: int) -> float:
+        """Monotonic time at which stream sample ``offset`` was due."""
+        return self.clock.start + offset / SAMPLE_RATE
+
+    def _loop(self) -> None:
+        self.clock.restart()
+        quiet = np.zeros(CHUNK_SAMPLES, dtype=np.float32)
+        for part in self.parts:
+            begin = self.offset
+            if callable(part):
+                deadline = time.monotonic() + self.wait_s
+                while not part():
+                    if time.monotonic() > deadline:
+                        self.waited_out = True
+                        break
+                    if not self._send(quiet):
+                        return
+            else:
+                for i in range(0, len(part), CHUNK_SAMPLES):
+                    if not self._send(part[i : i + CHUNK_SAMPLES]):
+                        return
+            self.marks.append((begin, self.offset))
+        assert self.output_queue is not None
+        self.output_queue.put_unless_stopped(END_OF_STREAM, self.stop_event)
+
+
+@dataclass
+class Delivery:
+    """A chunk handed to the sink's output: when, its stamp and its play interval (monotonic s)."""
+
+    time: float
+    stamp: Stamp
+    start: float
+    duration: float
+
+
+@dataclass
+class TurnRun:
+    """The local pipeline (scripted LLM unless told) on a scripted real-time input.
+
+    Attributes:
+        pauses: monotonic times at which the sink paused.
+    """
+
+    tmp_path: Path
+    flags: list[str] = field(default_factory=list)
+    llm: str = "turn-script"
+    run_limit_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        path = self.tmp_path / "in.wav"
+        sf.write(str(path), silence(0.1), SAMPLE_RATE)
+        argv = ["--input_audio", str(path), "--output_audio", str(self.tmp_path / "out.wav")]
+        self.args = parse_args([*argv, "--llm_backend", self.llm, *self.flags])
+        self.bus = EventBus()
+        self.log = BusLog(self.bus)
+        self.pipeline: Pipeline = build_pipeline(self.args, self.bus)
+        self.deliveries: list[Delivery] = []
+        self.pauses: list[float] = []
+        sink: Any = self.pipeline.sink
+        write, pause = sink.write, sink.on_pause
+
+        def recording_write(samples: np.ndarray, item: AudioOutput, start: float) -> None:
+            self.deliveries.append(Delivery(time.monotonic(), item.stamp, start, len(samples) / sink.sample_rate))
+            write(samples, item, start)
+
+        def recording_pause(at: float) -> None:
+            self.pauses.append(time.monotonic())
+            pause(at)
+
+        sink.write = recording_write
+        sink.on_pause = recording_pause
+        self.llm_stage = next(s for s in self.pipeline.stages if isinstance(s, LocalLLMHandler))
+        self.source: ScriptedSource | None = None
+
+    def script(self, parts: list[Any], wait_s: float = 60.0) -> ScriptedSource:
+        """Replace the file source by one that plays ``parts``."""
+        original = self.pipeline.stages[0]
+        self.source = ScriptedSource(
+            output_queue=original.output_queue,
+            stop_event=self.pipeline.stop_event,
+            gate=self.pipeline.gate,
+            bus=self.bus,
+            parts=parts,
+            clock=self.pipeline.clock,
+            wait_s=wait_s,
+            name="source:scripted",
+        )
+        self.pipeline.stages[0] = self.source
+        return self.source
+
+    def go(self) -> None:
+        """Run to the end of the input (at most :attr:`run_limit_s`); no stage may fail."""
+        watchdog = threading.Timer(self.run_limit_s, self.pipeline.stop_event.set)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            self.pipeline.start()
+            self.pipeline.wait()
+        finally:
+            watchdog.cancel()
+            stuck = self.pipeline.stop()
+        assert not stuck, f"threads still running: {stuck}"
+        assert not self.log.of(StageError), self.log.of(StageError)
+
+    def history(self) -> list[tuple[str, str]]:
+        """(role, text) of every message in the LLM's history."""
+        return [(i["role"], str(i["content"])) for i in self.llm_stage.chat.items() if i.get("type") == "message"]
+
+    def played_s(self, turn_id: int, before: float | None = None) -> float:
+        """Seconds of turn ``turn_id``'s audio delivered (that started before ``before``)."""
+        return sum(
+            d.duration for d in self.deliveries if d.stamp.turn_id == turn_id and (before is None or d.start < before)
+        )
+
+    def events(self, kind: type[Event], turn_id: int | None = None) -> list[Any]:
+        """Events of ``kind`` (for ``turn_id``)."""
+        return self.log.of(kind, turn_id)

@@ -173,6 +173,9 @@ class RunConfig:
         max_sessions: concurrent server sessions; the next client is refused.
         api_key: when set, server clients must send ``Authorization: Bearer <key>``.
         max_message_kb: largest client message the server accepts, KiB.
+        ssl_certfile: PEM certificate (chain) for HTTPS/WSS; browsers give the page the
+            microphone only over HTTPS or on localhost.
+        ssl_keyfile: PEM private key of ``ssl_certfile`` (empty: the key is in that file).
         input_audio: audio file fed at real-time pace instead of the microphone.
         input_text: typed user turns (skip VAD and STT).
         output_audio: WAV file for the assistant's audio instead of the speaker.
@@ -188,6 +191,8 @@ class RunConfig:
     max_sessions: int = 4
     api_key: str = ""
     max_message_kb: int = 1024
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
     input_audio: str | None = None
     input_text: list[str] | None = None
     output_audio: str | None = None
@@ -204,6 +209,9 @@ _HELP = {
     "max_sessions": "server: concurrent sessions (the next client gets an error and close code 1013)",
     "api_key": "server: require 'Authorization: Bearer KEY' from clients",
     "max_message_kb": "server: largest client message, KiB",
+    "ssl_certfile": "server: PEM certificate for https:// and wss:// (browsers need HTTPS for the microphone "
+    "on any host but localhost)",
+    "ssl_keyfile": "server: PEM private key of --ssl_certfile (empty: the key is in the certificate file)",
     "input_audio": "audio file (any format/rate soundfile reads) fed like a microphone",
     "input_text": "a user turn as text, skipping VAD/STT (repeat for several turns)",
     "output_audio": "write the assistant's audio to this WAV file, on the input's timeline",
@@ -411,7 +419,8 @@ def build_parser() -> OneLineParser:
             run.add_argument(flag, type=_lower, choices=LOG_LEVELS, default=field.default, metavar="LEVEL", help=text)
         else:
             kind = _field_kind(RunConfig, field)
-            metavar = "PATH" if field.name in ("input_audio", "output_audio", "transcript") else _METAVARS.get(kind)
+            paths = ("input_audio", "output_audio", "transcript", "ssl_certfile", "ssl_keyfile")
+            metavar = "PATH" if field.name in paths else _METAVARS.get(kind)
             run.add_argument(
                 flag, type=value_parser(kind, field.name), default=field.default, metavar=metavar, help=text
             )

@@ -15,6 +15,13 @@ Order of one spoken reply, as the GA protocol sends it: ``response.created``,
 ``response.output_item.added``, ``conversation.item.added``,
 ``response.function_call_arguments.delta`` / ``.done``, ``response.output_item.done``,
 ``conversation.item.done``.
+
+With a media transport (WebRTC, ``media`` given) the audio goes into the transport's
+:class:`~speech_to_speech.realtime.media.OutputAudioBuffer` instead of
+``response.output_audio.delta`` events; each transcript delta is sent when the audio that speaks
+it leaves the server, and the end of a response (``response.output_audio.done`` … ``response.done``)
+after its last audio, followed by ``output_audio_buffer.stopped`` (``cleared`` when it was cut);
+``output_audio_buffer.started`` comes with its first audio.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from speech_to_speech.cancel import Gate, Stamp
 from speech_to_speech.events import ToolCallReady
 from speech_to_speech.messages import AudioOutput, EndOfResponse, TextOutput
 from speech_to_speech.realtime.conversation import Conversation
+from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.realtime.protocol import new_id, server_event
 from speech_to_speech.realtime.wire import WIRE_RATE, encode_audio
 
@@ -55,6 +63,8 @@ class _Response:
     spoken: list[tuple[float, str]] = field(default_factory=list)  # (audio ms, words) as sent
     audio_ms: float = 0.0
     client_cancelled: bool = False  # ended by response.cancel (else by the user speaking)
+    audio_sent: bool = False  # media transport: some of its audio has left (output_audio_buffer.started)
+    audio_cleared: bool = False  # media transport: output_audio_buffer.cleared was sent for it
 
     @property
     def audio(self) -> bool:
@@ -69,10 +79,20 @@ class ResponseOutput:
         gate: the session's validity gate.
         conversation: the session's conversation, which every output item joins.
         on_failed: called when a response fails (the session discards its prefetch).
+        media: the transport's audio buffer (WebRTC), or None: audio goes out in events.
     """
 
-    def __init__(self, emit: Emit, gate: Gate, conversation: Conversation, on_failed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        emit: Emit,
+        gate: Gate,
+        conversation: Conversation,
+        on_failed: Callable[[], None],
+        media: OutputAudioBuffer | None = None,
+    ) -> None:
         self.emit = emit
+        self.media = media
+        self.rate = media.rate if media is not None else WIRE_RATE  # of the audio the sink hands over
         self.gate = gate
         self.conversation = conversation
         self._on_failed = on_failed
@@ -180,12 +200,29 @@ class ResponseOutput:
             return
         self._announce_message(response)
         base = self._part_base(response)
-        self._send("response.output_audio.delta", item.stamp, **base, delta=encode_audio(samples))
         if item.text:
             response.transcript.append(item.text)
             response.spoken.append((response.audio_ms, item.text))
+        response.audio_ms += 1000 * len(samples) / self.rate
+        if self.media is not None:  # the words are sent when their audio leaves
+            stamp, text = item.stamp, item.text
+            self.media.push(
+                samples,
+                valid=lambda: self.gate.admits(stamp),
+                on_start=lambda: self._audio_leaves(response, base, text, stamp),
+            )
+            return
+        self._send("response.output_audio.delta", item.stamp, **base, delta=encode_audio(samples))
+        if item.text:
             self._send("response.output_audio_transcript.delta", item.stamp, **base, delta=item.text)
-        response.audio_ms += 1000 * len(samples) / WIRE_RATE
+
+    def _audio_leaves(self, response: _Response, base: dict[str, Any], text: str, stamp: Stamp) -> None:
+        """Media transport: a chunk of ``response``'s audio starts to leave (on the transport's loop)."""
+        if not response.audio_sent:
+            response.audio_sent = True
+            self._send("output_audio_buffer.started", response_id=response.id)
+        if text:
+            self._send("response.output_audio_transcript.delta", stamp, **base, delta=text)
 
     def on_text_delta(self, item: TextOutput) -> None:
         """A raw text delta of a text-only reply."""
@@ -197,7 +234,16 @@ class ResponseOutput:
         self._send("response.output_text.delta", item.stamp, **self._part_base(response), delta=item.text)
 
     def on_response_end(self, end: EndOfResponse) -> None:
-        """The response's output has played: close its items and send ``response.done``."""
+        """The response's output has played: close its items and send ``response.done``.
+
+        With a media transport, once its last audio has left the server.
+        """
+        if self.media is not None:
+            self.media.mark(lambda: self._end(end))
+        else:
+            self._end(end)
+
+    def _end(self, end: EndOfResponse) -> None:
         with self.lock:
             response = self._responses.pop(end.stamp.turn_id, None)
             if response is not None and self.active is response:
@@ -234,6 +280,9 @@ class ResponseOutput:
             "usage": usage,
         }
         self._send("response.done", response=body)
+        if response.audio_sent and not response.audio_cleared:  # media transport: its audio has all left
+            kind = "cleared" if status == "cancelled" else "stopped"
+            self._send(f"output_audio_buffer.{kind}", response_id=response.id)
 
     def _close_message(self, response: _Response, status: str) -> None:
         base = self._part_base(response)

@@ -59,6 +59,7 @@ from speech_to_speech.queues import StageQueue
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, VADSettings
 from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
+from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.realtime.protocol import (
     ProtocolError,
     check_tools,
@@ -99,6 +100,9 @@ class RealtimeSession:
         loop: the asyncio loop that owns the connection.
         send: coroutine-free callback run on the loop for each outbound event dict.
         limits: per-session bounds.
+        media: where the assistant's audio goes when the transport carries audio itself (WebRTC);
+            None: it goes out as ``response.output_audio.delta`` events (WebSocket). The session
+            is the same either way; the transport feeds the client's audio to :meth:`feed_audio`.
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class RealtimeSession:
         loop: asyncio.AbstractEventLoop,
         send: Callable[[dict[str, Any]], None],
         limits: SessionLimits | None = None,
+        media: OutputAudioBuffer | None = None,
     ) -> None:
         self.id = new_id("sess")
+        self.media = media
         self.args = args
         self.loop = loop
         self._loop_thread = threading.get_ident()  # sessions are created on the loop's thread
@@ -120,7 +126,7 @@ class RealtimeSession:
         self.lock = threading.RLock()
         self.config = SessionConfig.from_args(args)
         self.conversation = Conversation()
-        self._resampler = soxr.ResampleStream(WIRE_RATE, SAMPLE_RATE, 1, dtype="float32")
+        self._resamplers: dict[int, soxr.ResampleStream] = {}  # input rate → its stream to SAMPLE_RATE
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
         self._offset = 0
@@ -129,7 +135,7 @@ class RealtimeSession:
         self._requested: dict[int, tuple[list[str], dict[str, str] | None]] = {}  # turn -> modalities, metadata
         self._claiming: tuple[list[str], dict[str, str] | None] | None = None  # while a prefetch is claimed
         self.output = ResponseOutput(
-            self.emit, self.gate, self.conversation, lambda: self._discard_prefetch("response failed")
+            self.emit, self.gate, self.conversation, lambda: self._discard_prefetch("response failed"), media
         )
         self._build()
 
@@ -169,7 +175,10 @@ class RealtimeSession:
             input_queue=q["llm_out"], output_queue=q["tts"], name=f"{self.id}:lm_output", **common
         )
         self.tts = stage("tts", self.args.tts, q["tts"], q["out"])
-        self.sink = ClientSink(input_queue=q["out"], target=self.output, name=f"{self.id}:sink", **common)
+        rate = self.media.rate if self.media is not None else WIRE_RATE  # the sink resamples the TTS once, to it
+        self.sink = ClientSink(
+            input_queue=q["out"], target=self.output, sample_rate=rate, name=f"{self.id}:sink", **common
+        )
         self.llm.prefetch = PrefetchCoordinator()
         self.stages: list[BaseHandler] = [self.vad, self.stt, self.llm, lm_output, self.tts, self.sink]
         self.bus.subscribe(self._on_event)
@@ -273,7 +282,15 @@ class RealtimeSession:
     # -- input audio ------------------------------------------------------------------------
     def append_audio(self, event: InputAudioBufferAppendEvent) -> None:
         """``input_audio_buffer.append``: base64 pcm16 at 24 kHz."""
-        samples = self._resampler.resample_chunk(decode_audio(event.audio))
+        self.feed_audio(decode_audio(event.audio), WIRE_RATE)
+
+    def feed_audio(self, samples: np.ndarray, rate: int) -> None:
+        """The client's audio, float32 mono at ``rate`` Hz (appended events, or a WebRTC track's
+        48 kHz frames), resampled once to the pipeline's rate."""
+        resampler = self._resamplers.get(rate)
+        if resampler is None:
+            resampler = self._resamplers[rate] = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
+        samples = resampler.resample_chunk(samples)
         if self.config.turn_detection is None:
             if (self._buffered + len(samples)) / SAMPLE_RATE > self.limits.max_buffer_s:
                 raise ProtocolError(
@@ -316,6 +333,7 @@ class RealtimeSession:
             active = self.output.active
         if active is not None:
             active.client_cancelled = True
+            active.audio_cleared = True  # this event says so (not again at response.done)
             self.interrupt()
         self.emit(server_event("output_audio_buffer.cleared", response_id=active.id if active else ""))
 

@@ -24,15 +24,16 @@ class OutputTarget(Protocol):
 class ClientSink(PacedAudioSink):
     """Paced audio and text of a session turned into protocol events (through ``target``).
 
-    Audio is released ``lead_s`` ahead of its play time, which keeps the
+    Audio is resampled once to ``sample_rate`` (the wire's 24 kHz, or 48 kHz for a WebRTC track)
+    and released ``lead_s`` ahead of its play time, which keeps the
     client's buffer short, so a barge-in stops audible output quickly and the
     server knows closely how much of a reply was heard.
     """
 
     lead_s = 0.25
 
-    def __init__(self, *args: Any, target: OutputTarget, **kwargs: Any) -> None:
-        super().__init__(*args, sample_rate=WIRE_RATE, **kwargs)
+    def __init__(self, *args: Any, target: OutputTarget, sample_rate: int = WIRE_RATE, **kwargs: Any) -> None:
+        super().__init__(*args, sample_rate=sample_rate, **kwargs)
         self.target = target
 
     def process(self, item: Any) -> Any:

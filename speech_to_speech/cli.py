@@ -239,7 +239,8 @@ _HELP = {
     "turn_max_silence_ms": "smart_turn: silence that ends a turn the model judged unfinished, ms",
     "resume_within_ms": (
         "user speech pauses the reply being spoken; a backchannel or false start judged within this time "
-        "resumes it, anything else interrupts it, ms; 0: speech interrupts at once"
+        "(from the start of the speech, or its end once it ended) resumes it, anything else interrupts it, ms; "
+        "0: speech interrupts at once"
     ),
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
     "stt_model": "STT model folder or hub id (default: embedded Whisper tiny.en)",

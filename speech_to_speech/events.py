@@ -249,7 +249,8 @@ class BargeIn(Event):
 
     Attributes:
         reason: ``"words"`` (the transcript, or a partial one, is not a backchannel) or
-            ``"timeout"`` (no verdict within ``--resume_within_ms``).
+            ``"timeout"`` (no verdict within ``--resume_within_ms`` of the speech's start, or
+            of its end once it ended).
         text: the words that decided, if any.
         at: monotonic time the user started speaking (the replies are cut there), s.
         decision_ms: from the start of the user's speech to this decision, ms.

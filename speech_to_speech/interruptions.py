@@ -15,7 +15,8 @@ waits for the words:
   never reaches the LLM (:class:`JudgedTranscripts` drops it), so it is neither
   answered nor written to history;
 * anything else, a partial transcript of more words than a backchannel has, or no
-  verdict within ``resume_within_ms`` is a real interruption
+  verdict in time (``resume_within_ms`` after the speech started, or after it ended
+  if it ended before that) is a real interruption
   (:class:`~speech_to_speech.events.BargeIn`): the pipeline bumps the cancel
   generation, keeping the user's turn valid (:meth:`~speech_to_speech.cancel.Gate.cancel`),
   flushes stale work and cuts the reply where the user started speaking, as before.
@@ -52,6 +53,8 @@ from speech_to_speech.events import (
     ResponseStarted,
     SpeechDiscarded,
     SpeechStarted,
+    SpeechStopped,
+    TurnSpeculated,
     TurnSuperseded,
     UserTranscriptDelta,
 )
@@ -129,7 +132,8 @@ class Interruptions:
         bus: the pipeline's event bus (subscribed to here).
         replies: the replies in flight.
         resume_within_ms: a paused reply resumes only on a verdict within this time after
-            the user started speaking; later, the speech interrupts it, ms.
+            the user started speaking or, once they stopped, after they stopped (the words
+            of a short utterance need the STT's time); later, the speech interrupts it, ms.
     """
 
     def __init__(self, bus: EventBus, replies: RepliesInFlight, resume_within_ms: int = 1500) -> None:
@@ -172,6 +176,8 @@ class Interruptions:
                 again = event.turn_id in self._resolved and event.turn_id not in self._pending
             if again and self.reply_in_flight(event.turn_id):
                 self._open(event.turn_id, event.time)  # the "backchannel" goes on: judge it again, whole
+        elif isinstance(event, (TurnSpeculated, SpeechStopped)):
+            self._arm(event.turn_id)  # the speech ended: its words get their time from now
         elif isinstance(event, SpeechDiscarded):
             self._resolve(event.turn_id, "too_short", "")
         elif isinstance(event, EmptyTranscript):
@@ -213,11 +219,22 @@ class Interruptions:
             if not first:
                 return
             self._paused_at = at
-            self._round += 1
-            self._timer = threading.Timer(self.resume_within_s, self._expire, args=(self._round,))
-            self._timer.daemon = True
-            self._timer.start()
+            self._arm_locked()
         self.bus.publish(ReplyPaused(turn, at=at, reply_turn_ids=self.replies.turns(turn)))
+
+    def _arm(self, turn: int) -> None:
+        """Give the verdict on ``turn`` :attr:`resume_within_s` from now, if it is being judged."""
+        with self._changed:
+            if turn in self._pending:
+                self._arm_locked()
+
+    def _arm_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._round += 1
+        self._timer = threading.Timer(self.resume_within_s, self._expire, args=(self._round,))
+        self._timer.daemon = True
+        self._timer.start()
 
     def _close_locked(self) -> float:
         """End the pause (lock held); return how long it lasted, ms."""

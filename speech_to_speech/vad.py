@@ -97,8 +97,9 @@ class VADConfig:
         turn_threshold: P(complete) from the end-of-turn model that ends the turn at once (0-1).
         turn_max_silence_ms: with the model, the silence that ends a turn it judged unfinished, ms.
         resume_within_ms: speech during a reply pauses it; a backchannel or false start
-            judged within this time (from the start of the speech) resumes it, anything
-            else cancels it, ms; 0: speech cancels the reply at once (no pause). Local mode only.
+            judged within this time (from the start of the speech, or from its end once it
+            ended) resumes it, anything else cancels it, ms; 0: speech cancels the reply at
+            once (no pause). Local mode only.
     """
 
     vad_threshold: float = 0.5

@@ -415,6 +415,17 @@ def test_no_verdict_in_time_is_an_interruption(judge: Callable[..., Judge]) -> N
     assert j.transcript(turn, "Yeah.") is True  # too late to be a backchannel: answered
 
 
+def test_the_words_of_speech_that_ended_get_their_time_from_its_end(judge: Callable[..., Judge]) -> None:
+    j = judge(resume_within_ms=300)
+    turn = j.speech()
+    time.sleep(0.2)
+    j.bus.publish(SpeechStopped(turn))  # the user stopped: the STT now has 300 ms
+    time.sleep(0.2)
+    assert not j.of(BargeIn), "timed out from the start of the speech, although it had ended"
+    assert j.transcript(turn, "Uh-huh.") is False
+    assert [e.reason for e in j.of(ReplyResumed)] == ["backchannel"]
+
+
 def test_a_long_partial_interrupts_at_once_a_short_one_does_not(judge: Callable[..., Judge]) -> None:
     j = judge()
     turn = j.speech()

@@ -74,9 +74,8 @@ def is_backchannel(text: str, language: str | None = "en") -> bool:
     joined = "".join(words)
     if joined in ("uhhuh", "mmhmm", "mhm", "mmhm"):  # "uh huh", "mm hmm" written apart
         return True
-    if all(_HUMMED.fullmatch(word) for word in words):  # "MMMM.", "M-H-N.", "Mm, mm."
-        return True
     vocabulary = _ENGLISH | _OTHER.get((language or "en").split("-")[0], set())
-    if not all(word in vocabulary for word in words):
+    # a word of the list, or hummed however Whisper spells it ("MMMM.", "M-H-N.", "Uh-huh. Mm-mm.")
+    if not all(word in vocabulary or _HUMMED.fullmatch(word) for word in words):
         return False
     return not all(word in _PHRASE_ONLY for word in words) or " ".join(words) in ("i see", "got it", "makes sense")

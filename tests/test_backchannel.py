@@ -25,7 +25,9 @@ def test_anything_with_content_is_not(text: str) -> None:
     assert not is_backchannel(text)
 
 
-@pytest.mark.parametrize("text", ["MMMM.", "Mm-mm.", "M-H-N.", "Mm, mm.", "hmmm", "Uhh.", "umm", "Ahh."])
+@pytest.mark.parametrize(
+    "text", ["MMMM.", "Mm-mm.", "M-H-N.", "Mm, mm.", "hmmm", "Uhh.", "umm", "Ahh.", "Uh-huh. Mm-mm.", "Yeah, mmm."]
+)
 def test_hummed_continuers_however_whisper_spells_them(text: str) -> None:
     """What Whisper tiny.en writes for a hummed "mm-hmm" (seen on Piper and espeak-ng renditions)."""
     assert is_backchannel(text)

@@ -41,7 +41,12 @@ from speech_to_speech.pipeline import Pipeline
 from speech_to_speech.playback import Interrupt, Pause, Resume
 from speech_to_speech.prompts import INTERRUPTION_MARKER
 from speech_to_speech.queues import StageQueue
-from speech_to_speech.turn_detection import TurnDetector, resolve_turn_detection
+from speech_to_speech.turn_detection import (
+    EAGERNESS_MAX_SILENCE_MS,
+    TurnDetector,
+    resolve_turn_detection,
+    smart_turn_installed,
+)
 from speech_to_speech.vad import Endpoint, Endpointer, Speculation
 from tests.test_llm_base import Script, ask, history, make_llm
 from tests.test_playback import RATE, RecordingSink, audio, wait_until
@@ -180,6 +185,17 @@ def test_the_vad_waits_on_an_unfinished_turn_and_ends_it_on_silence() -> None:
     stopped = [e for e in events if isinstance(e, SpeechStopped)]
     assert [(e.endpoint_by, e.turn_probability) for e in stopped] == [("silence", 0.2)]
     assert stopped[0].audio_ms == pytest.approx((4 + 10) * MS_PER_CHUNK)
+
+
+@pytest.mark.models
+@pytest.mark.skipif(not smart_turn_installed(), reason="the Smart Turn model is not installed (smart-turn extra)")
+def test_the_realtime_eagerness_picks_the_model_and_its_silence_bound() -> None:
+    vad = FakeVAD(threading.Event(), None, None, Gate(), EventBus(), config=dataclasses.replace(CONFIG), name="vad")
+    vad.set_eagerness("high")  # semantic_vad
+    assert vad.turn_detector is not None and vad.endpointer.semantic
+    assert vad.config.turn_max_silence_ms == EAGERNESS_MAX_SILENCE_MS["high"] == 1000
+    vad.set_eagerness(None)  # server_vad
+    assert vad.turn_detector is None and not vad.endpointer.semantic
 
 
 # -- the VAD: pause, not cancel, while a reply is in flight ---------------------------------------

@@ -7,11 +7,12 @@ offending field: a field the server does not support (another audio format, a sp
 noise reduction, a prompt, ...) is reported and left as it was while the rest of the
 update applies.
 
-Turn detection: ``server_vad`` drives the session's VAD endpointer directly;
-``semantic_vad`` is accepted and, for now, runs on the same VAD (threshold and silence
-from the server's flags) with its ``eagerness`` kept in :attr:`TurnDetection.eagerness`:
-that is the hook through which an end-of-turn model (Smart Turn) will read it, see
-:meth:`TurnDetection.vad_settings`.
+Turn detection: ``server_vad`` drives the session's VAD endpointer directly (turns end on
+``silence_duration_ms`` of silence); ``semantic_vad`` ends them with the Smart Turn
+end-of-turn model (:mod:`speech_to_speech.turn_detection`, through the VAD's
+``set_eagerness``): at once when it judges the user done after a 200 ms pause, else after
+the silence bound of its ``eagerness`` (low 4 s, medium and auto 2 s, high 1 s). Without
+the model installed, ``semantic_vad`` ends turns on silence too (logged).
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ class TurnDetection:
         prefix_padding_ms: audio kept before the detected start of speech.
         create_response: a detected turn gets a response.
         interrupt_response: speech cuts the response being played (barge-in).
-        eagerness: ``semantic_vad`` only: how soon a turn may end. Not used by the VAD
-            endpointer yet; the Smart Turn end-of-turn model reads it from
-            :meth:`vad_settings` once it is wired in.
+        eagerness: ``semantic_vad`` only: how soon a turn the end-of-turn model judged
+            unfinished ends (see :data:`~speech_to_speech.turn_detection.EAGERNESS_MAX_SILENCE_MS`),
+            handed to the VAD through :meth:`vad_settings`.
     """
 
     type: str

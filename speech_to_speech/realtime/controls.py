@@ -28,8 +28,8 @@ logger = logging.getLogger(__name__)
 class VADSettings(StageControl):
     """Turn detection for the VAD stage (see :meth:`~speech_to_speech.realtime.config.TurnDetection.vad_settings`).
 
-    ``eagerness`` (``semantic_vad``) is handed to the VAD's ``set_eagerness(eagerness)`` when it
-    has one: the hook for an end-of-turn model; without one the VAD ends turns on silence.
+    ``eagerness`` is handed to the VAD's ``set_eagerness(eagerness)``: None (``server_vad``) ends
+    turns on silence, a value (``semantic_vad``) with the Smart Turn end-of-turn model.
     """
 
     target: ClassVar[type] = BaseVADHandler

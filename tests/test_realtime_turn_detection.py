@@ -1,0 +1,106 @@
+"""The realtime server's turn detection on real speech: ``semantic_vad`` (Smart Turn) against
+``server_vad`` (silence), on the in-process server with the real embedded models.
+
+A finished LibriVox sentence gets its ``input_audio_buffer.speech_stopped`` sooner with
+``semantic_vad``; a sentence with a 1.5 s pause in the middle stays one committed turn with it.
+Audio is sent at real-time pace in 100 ms blocks, each when its last sample is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+
+from speech_to_speech.realtime.client import float_to_int16, session_update
+from speech_to_speech.turn_detection import smart_turn_installed
+from tests.realtime_harness import WIRE_RATE, InProcessServer, RawClient, append_event, blocks
+from tests.speech_utils import word_error_rate
+from tests.turn_harness import librivox_speech, silence
+
+pytestmark = [
+    pytest.mark.models,
+    pytest.mark.skipif(not smart_turn_installed(), reason="the Smart Turn model is not installed (smart-turn extra)"),
+]
+
+BLOCK_S = 0.1
+FINISHED = "sense_and_sensibility_01_austen_64kb-0920"  # the model hears it as finished (p ~0.98)
+FIRST_HALF, SECOND_HALF = "sense_and_sensibility_01_austen_64kb-0880", "sense_and_sensibility_01_austen_64kb-0890"
+SEMANTIC = {"type": "semantic_vad", "eagerness": "auto"}
+SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500}
+
+
+def clip(name: str) -> tuple[np.ndarray, str]:
+    clips = librivox_speech()
+    if name not in clips:
+        pytest.skip(f"{name} is not installed (pocketsphinx-testdata)")
+    return clips[name]
+
+
+def wire(samples: np.ndarray) -> np.ndarray:
+    """16 kHz float32 as int16 at the wire's rate."""
+    return float_to_int16(soxr.resample(samples, 16_000, WIRE_RATE).astype(np.float32))
+
+
+async def talk(server: InProcessServer, turn_detection: dict[str, Any], audio: np.ndarray, speech_end_s: float) -> Any:
+    """Send ``audio`` (16 kHz) after a session update; return (events, their times, when the last
+    block holding speech was sent). Ends once a response is done or 8 s after the audio."""
+    client = await RawClient.open(server.ws_url)
+    try:
+        await client.log.wait_for("session.created", 60)
+        await client.send(session_update(turn_detection))
+        await client.log.wait_for("session.updated", 60)
+        # time for the VAD to take the new settings (and load the model the first time)
+        for payload in blocks(wire(silence(1.5)), BLOCK_S):
+            await client.send(append_event(payload))
+        await asyncio.sleep(3.0)
+        start, speech_sent = time.monotonic(), 0.0
+        for i, payload in enumerate(blocks(wire(audio), BLOCK_S)):
+            due = start + (i + 1) * BLOCK_S
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await client.send(append_event(payload))
+            if i * BLOCK_S < speech_end_s:
+                speech_sent = time.monotonic()
+        await client.log.until(lambda: bool(client.log.of("response.done")), 30)
+        return list(client.log.events), list(client.log.times), speech_sent
+    finally:
+        await client.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    started = InProcessServer("--max_new_tokens", "10").start()
+    yield started
+    started.stop()
+    started.wait_until_idle()
+
+
+def test_semantic_vad_ends_a_finished_sentence_sooner_than_server_vad(server: InProcessServer) -> None:
+    sentence, _ = clip(FINISHED)
+    audio = np.concatenate([sentence, silence(3.0)])
+    delays = {}
+    for name, detection in (("semantic_vad", SEMANTIC), ("server_vad", SERVER_VAD)):
+        events, times, speech_sent = asyncio.run(
+            asyncio.wait_for(talk(server, detection, audio, len(sentence) / 16_000), 180)
+        )
+        stopped = [t for e, t in zip(events, times, strict=True) if e["type"] == "input_audio_buffer.speech_stopped"]
+        assert len(stopped) == 1, [e["type"] for e in events]
+        delays[name] = (stopped[0] - speech_sent) * 1000
+    print(f"speech_stopped after the end of speech: {delays}")
+    assert delays["semantic_vad"] < 450, delays
+    assert delays["semantic_vad"] < delays["server_vad"] - 150, delays
+
+
+def test_semantic_vad_keeps_a_sentence_with_a_1_5_s_pause_one_turn(server: InProcessServer) -> None:
+    (first, reference_a), (second, reference_b) = clip(FIRST_HALF), clip(SECOND_HALF)
+    audio = np.concatenate([first, silence(1.5), second, silence(3.0)])
+    events, _, _ = asyncio.run(asyncio.wait_for(talk(server, SEMANTIC, audio, len(audio) / 16_000 - 3.0), 180))
+    types = [e["type"] for e in events]
+    completed = [e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert types.count("input_audio_buffer.committed") == 1, types
+    assert len(completed) == 1, completed
+    assert word_error_rate(f"{reference_a} {reference_b}", completed[0]["transcript"]) <= 0.35, completed

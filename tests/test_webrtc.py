@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import ssl
+import subprocess
 import time
 import typing
 import urllib.error
@@ -26,11 +29,14 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
+from websockets.asyncio.client import connect
 
 from speech_to_speech.audio_io import load_audio
+from speech_to_speech.cli import parse_args
 from speech_to_speech.prompts import INTERRUPTION_MARKER
 from speech_to_speech.realtime.client import RealtimeClient
 from speech_to_speech.realtime.media import MEDIA_RATE
+from speech_to_speech.realtime.server import ssl_context
 from speech_to_speech.realtime.webrtc import EVENTS_CHANNEL
 from speech_to_speech.realtime.webrtc_client import CallError, WebRTCClient
 from tests.helpers import two_short_clips
@@ -100,11 +106,17 @@ def base_url(srv: InProcessServer) -> str:
     return f"http://127.0.0.1:{srv.port}"
 
 
-def http(method: str, url: str, body: bytes = b"", headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
+def http(
+    method: str,
+    url: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, Any, bytes]:
     """One HTTP request: (status, headers, body), also for error statuses."""
     request = urllib.request.Request(url, data=body if method != "GET" else None, headers=headers or {}, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
+        with urllib.request.urlopen(request, timeout=60, context=context) as reply:
             return reply.status, reply.headers, reply.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers, exc.read()
@@ -430,3 +442,42 @@ def test_output_audio_buffer_clear_cuts_the_reply(server: InProcessServer, provi
     assert [e["response_id"] for e in r["cleared"]] == [r["reply"]], r["cleared"]
     assert not r["late"], f"{len(r['late'])} frames of audio 0.3 s after output_audio_buffer.clear"
     server.wait_until_idle()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_https_and_wss_with_a_certificate(
+    server: InProcessServer,
+    provider: ResponsesServer,
+    realtime_servers: Callable[..., InProcessServer],
+    tmp_path: Any,
+) -> None:
+    """--ssl_certfile/--ssl_keyfile: the page over HTTPS, a WebRTC call placed over HTTPS, WebSocket over WSS."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    request = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    names = ["-addext", "subjectAltName=IP:127.0.0.1"]
+    subprocess.run([*request, *names, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    flags = ("--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "m")
+    secure = realtime_servers(*flags, "--ssl_certfile", str(cert), "--ssl_keyfile", str(key), warm_up=False)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    base = f"https://127.0.0.1:{secure.port}"
+
+    status, _, body = http("GET", base + "/", context=trusted)
+    assert status == 200 and b"app.js" in body
+
+    async def scenario() -> tuple[str, str]:
+        async with connect(f"wss://127.0.0.1:{secure.port}/v1/realtime", ssl=trusted) as ws:
+            over_wss = json.loads(await ws.recv())["type"]
+        client = await WebRTCClient.connect(base, ssl_context=trusted)
+        try:
+            over_https = (await client.log.wait_for("session.created", WAIT_S))["type"]
+        finally:
+            await client.close()
+        return over_wss, over_https
+
+    assert run(scenario()) == ("session.created", "session.created")
+    secure.wait_until_idle()
+
+    with pytest.raises(RuntimeError, match="needs --ssl_certfile"):
+        ssl_context(parse_args(["--mode", "server", "--ssl_keyfile", str(key)]))
+    with pytest.raises(RuntimeError, match="cannot load the TLS certificate"):
+        ssl_context(parse_args(["--mode", "server", "--ssl_certfile", str(tmp_path / "missing.pem")]))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -46,8 +47,16 @@ class CallError(ConnectError):
         self.status = status
 
 
-def post_offer(url: str, sdp: str, api_key: str | None = None, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[str, str]:
+def post_offer(
+    url: str,
+    sdp: str,
+    api_key: str | None = None,
+    timeout_s: float = CONNECT_TIMEOUT_S,
+    ssl_context: ssl.SSLContext | None = None,
+) -> tuple[str, str]:
     """POST ``sdp`` to ``url`` as ``application/sdp``; return (the answer SDP, the Location header).
+
+    ``ssl_context`` verifies an ``https://`` server (default: the system's trusted certificates).
 
     Raises:
         CallError: not 201 (with the server's error message), or the server cannot be reached.
@@ -57,7 +66,7 @@ def post_offer(url: str, sdp: str, api_key: str | None = None, timeout_s: float 
         headers["Authorization"] = f"Bearer {api_key}"
     request = urllib.request.Request(url, data=sdp.encode(), headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=ssl_context) as reply:
             if reply.status != 201:
                 raise CallError(f"{url}: expected 201 Created, got {reply.status}", reply.status)
             return reply.read().decode(), reply.headers.get("Location", "")
@@ -102,8 +111,10 @@ class WebRTCClient:
         *,
         api_key: str | None = None,
         timeout_s: float = CONNECT_TIMEOUT_S,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> WebRTCClient:
-        """Place a call to the server at ``base_url`` (``http://HOST:PORT``) and wait for the data channel.
+        """Place a call to the server at ``base_url`` (``http://HOST:PORT`` or ``https://``) and wait
+        for the data channel (``ssl_context``: see :func:`post_offer`).
 
         Raises:
             CallError: the server refused the call or cannot be reached; the peer did not connect.
@@ -121,7 +132,8 @@ class WebRTCClient:
         try:
             await pc.setLocalDescription(await pc.createOffer())
             url = base_url.rstrip("/") + CALLS_PATH
-            answer, location = await asyncio.to_thread(post_offer, url, pc.localDescription.sdp, api_key, timeout_s)
+            offer = pc.localDescription.sdp
+            answer, location = await asyncio.to_thread(post_offer, url, offer, api_key, timeout_s, ssl_context)
             client.call_url = base_url.rstrip("/") + location if location.startswith("/") else location
             await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from speech_to_speech.interruptions import Interruptions, JudgedTranscripts, Rep
 from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.lm_output import LMOutputProcessor
 from speech_to_speech.playback import Interrupt, Pause, Resume
+from speech_to_speech.prefetch import PrefetchCoordinator
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.registry import get_backend
 from speech_to_speech.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
@@ -53,6 +55,10 @@ SPEAKER_RATE = 24_000
 FILE_TAIL_SILENCE_S = 0.5
 #: queue capacities (items) between stages
 QUEUE_SIZES = {"audio": 256, "segments": 8, "transcripts": 8, "llm_out": 32, "tts_inputs": 32, "audio_out": 64}
+#: queue capacities of a realtime session: a client may send audio faster than real time, and its
+#: requests go on the STT's queue without waiting (a full queue is an error for the client)
+SESSION_QUEUE_SIZES = {**QUEUE_SIZES, "audio": 512, "segments": 16, "transcripts": 16, "llm_out": 64}
+SESSION_QUEUE_SIZES |= {"tts_inputs": 64, "audio_out": 128}
 
 
 class PipelineError(RuntimeError):
@@ -94,6 +100,8 @@ class Pipeline:
     interruptions: Interruptions | None = None
     #: the VAD cancels what is in flight when speech starts without pausing it (``--interrupt_response``)
     cancels_on_speech: bool = True
+    #: where a caller feeds a pipeline that has no source stage (a realtime session): its queues by name
+    inputs: dict[str, StageQueue] = field(default_factory=dict)
 
     @property
     def source(self) -> BaseHandler:
@@ -108,6 +116,7 @@ class Pipeline:
         setup_timeout_s: float | None = None,
         on_ready: Callable[[str, float], None] | None = None,
         on_loaded: Callable[[], None] | None = None,
+        cancel: threading.Event | None = None,
     ) -> dict[str, float]:
         """Start every stage, wait until all have loaded, then start the source.
 
@@ -118,6 +127,7 @@ class Pipeline:
             on_ready: called on this thread with (stage name, setup seconds) as each stage
                 finishes loading, in the order they finish.
             on_loaded: called on this thread once every stage is ready, just before the source starts.
+            cancel: when set while stages load, the pipeline is stopped (as by ``stop_event``).
 
         Returns:
             Setup seconds per stage name.
@@ -135,6 +145,8 @@ class Pipeline:
                 pending.remove(stage)
                 if stage.setup_error is None and on_ready is not None:
                     on_ready(stage.name, stage.load_seconds)
+            if cancel is not None and cancel.is_set():
+                self.stop_event.set()
             if self.stop_event.is_set() or (setup_timeout_s and time.monotonic() - began > setup_timeout_s):
                 break
         failed = [s for s in self.stages[1:] if s.setup_error is not None]
@@ -291,12 +303,7 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
     common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
 
     def backend_stage(stage: str, name: str, inq: StageQueue, outq: StageQueue) -> BaseHandler:
-        backend = get_backend(stage, name)
-        handler_cls = backend.load_handler_class()
-        config = config_from_args(backend.config_cls, args)
-        return handler_cls(
-            input_queue=inq, output_queue=outq, config=config, device=device, name=f"{stage}:{name}", **common
-        )
+        return _backend_stage(args, stage, name, inq, outq, device, common, f"{stage}:{name}")
 
     # resolve every backend first so a bad name fails before anything loads
     chosen = {"llm": args.llm_backend, "tts": args.tts}
@@ -340,15 +347,90 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
         stages[-2].semantic_turns = True  # type: ignore[attr-defined]  # the model of --turn_detection
         stages[-2].interruptions = interruptions  # type: ignore[attr-defined]
     llm_out, tts_inputs, audio_out = link("llm_out"), link("tts_inputs"), link("audio_out")
-    stages.append(backend_stage("llm", args.llm_backend, transcripts, llm_out))
-    stages.append(LMOutputProcessor(input_queue=llm_out, output_queue=tts_inputs, name="lm_output", **common))
-    stages.append(backend_stage("tts", args.tts, tts_inputs, audio_out))
+    stages.extend(_reply_stages(args, transcripts, llm_out, tts_inputs, audio_out, device, common))
     stages.append(_make_sink(args, audio_out, clock, common))
     pipeline = Pipeline(
         stages, stop, gate, bus, clock, queues, speculation, replies, interruptions, bool(args.interrupt_response)
     )
     bus.subscribe(pipeline.on_event)
     return pipeline
+
+
+def build_session_pipeline(
+    args: argparse.Namespace,
+    make_sink: Callable[[StageQueue, dict[str, Any]], BaseHandler],
+    name: str,
+    bus: EventBus | None = None,
+) -> Pipeline:
+    """Build (but do not start) the pipeline of one realtime session: the stages of local mode
+    (VAD → STT → LLM → LM output → TTS) with the client as source and sink.
+
+    There is no source stage: the session puts the client's audio on ``inputs["audio"]`` and
+    its requests (typed turns, committed audio, response requests, control messages) on
+    ``inputs["segments"]``, the STT's queue, so they keep their place behind audio turns. Queue
+    sizes are :data:`SESSION_QUEUE_SIZES`; barge-in flushing is :meth:`Pipeline.on_event`'s, as
+    in local mode; the LLM gets a prefetch coordinator (follow-ups to tool results are generated
+    ahead). Threads are named ``f"{name}:{stage}"``.
+
+    Args:
+        make_sink: builds the sink from its input queue and the shared stage keywords.
+        name: the session id.
+    """
+    bus = bus or EventBus()
+    stop = threading.Event()
+    gate = Gate()
+    device = getattr(args, "resolved_device", None) or resolve_device(args.device)
+    common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
+    q = {kind: StageQueue(size) for kind, size in SESSION_QUEUE_SIZES.items()}
+    vad = _backend_stage(args, "vad", args.vad, q["audio"], q["segments"], device, common, f"{name}:vad")
+    stt = _backend_stage(args, "stt", args.stt, q["segments"], q["transcripts"], device, common, f"{name}:stt")
+    replies = _reply_stages(args, q["transcripts"], q["llm_out"], q["tts_inputs"], q["audio_out"], device, common, name)
+    replies[0].prefetch = PrefetchCoordinator()  # type: ignore[attr-defined]
+    stages = [vad, stt, *replies, make_sink(q["audio_out"], common)]
+    pipeline = Pipeline(stages, stop, gate, bus, StreamClock(), list(q.values()), inputs=q)
+    bus.subscribe(pipeline.on_event)
+    return pipeline
+
+
+def _backend_stage(
+    args: argparse.Namespace,
+    stage: str,
+    name: str,
+    inq: StageQueue,
+    outq: StageQueue,
+    device: str,
+    common: dict[str, Any],
+    thread_name: str,
+) -> BaseHandler:
+    """The ``stage`` handler of backend ``name``, configured from ``args`` (its own config copy)."""
+    backend = get_backend(stage, name)
+    handler_cls = backend.load_handler_class()
+    config = copy.deepcopy(config_from_args(backend.config_cls, args))
+    return handler_cls(input_queue=inq, output_queue=outq, config=config, device=device, name=thread_name, **common)
+
+
+def _reply_stages(
+    args: argparse.Namespace,
+    transcripts: StageQueue,
+    llm_out: StageQueue,
+    tts_inputs: StageQueue,
+    audio_out: StageQueue,
+    device: str,
+    common: dict[str, Any],
+    prefix: str = "",
+) -> list[BaseHandler]:
+    """LLM → LM output → TTS, as both modes wire them (threads ``llm:<backend>`` or ``<prefix>:llm``)."""
+
+    def named(stage: str, backend: str) -> str:
+        return f"{prefix}:{stage}" if prefix else f"{stage}:{backend}" if backend else stage
+
+    return [
+        _backend_stage(
+            args, "llm", args.llm_backend, transcripts, llm_out, device, common, named("llm", args.llm_backend)
+        ),
+        LMOutputProcessor(input_queue=llm_out, output_queue=tts_inputs, name=named("lm_output", ""), **common),
+        _backend_stage(args, "tts", args.tts, tts_inputs, audio_out, device, common, named("tts", args.tts)),
+    ]
 
 
 _NO_DEVICE_HINT = (

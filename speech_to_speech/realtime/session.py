@@ -35,12 +35,9 @@ from openai.types.realtime import (
     SessionUpdateEvent,
 )
 
-from speech_to_speech.cancel import Gate, Stamp
-from speech_to_speech.cli import config_from_args
+from speech_to_speech.cancel import Stamp
 from speech_to_speech.events import (
     Event,
-    EventBus,
-    ResponseInterrupted,
     ResponseStarted,
     SpeechStarted,
     SpeechStopped,
@@ -51,10 +48,8 @@ from speech_to_speech.events import (
 )
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.llm import BaseLLMHandler
-from speech_to_speech.lm_output import LMOutputProcessor
 from speech_to_speech.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
-from speech_to_speech.playback import Interrupt
-from speech_to_speech.prefetch import PrefetchCoordinator
+from speech_to_speech.pipeline import build_session_pipeline
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, VADSettings
@@ -72,7 +67,6 @@ from speech_to_speech.realtime.protocol import (
 from speech_to_speech.realtime.responses import ResponseOutput
 from speech_to_speech.realtime.sink import ClientSink
 from speech_to_speech.realtime.wire import WIRE_RATE, decode_audio
-from speech_to_speech.registry import get_backend
 from speech_to_speech.vad import SAMPLE_RATE, BaseVADHandler
 
 logger = logging.getLogger(__name__)
@@ -120,9 +114,6 @@ class RealtimeSession:
         self._loop_thread = threading.get_ident()  # sessions are created on the loop's thread
         self._send = send
         self.limits = limits or SessionLimits()
-        self.stop_event = threading.Event()
-        self.gate = Gate()
-        self.bus = EventBus()
         self.lock = threading.RLock()
         self.config = SessionConfig.from_args(args)
         self.conversation = Conversation()
@@ -134,53 +125,28 @@ class RealtimeSession:
         self._input_audio_s: dict[int, float] = {}  # per turn: seconds of audio sent to STT
         self._requested: dict[int, tuple[list[str], dict[str, str] | None]] = {}  # turn -> modalities, metadata
         self._claiming: tuple[list[str], dict[str, str] | None] | None = None  # while a prefetch is claimed
-        self.output = ResponseOutput(
-            self.emit, self.gate, self.conversation, lambda: self._discard_prefetch("response failed"), media
-        )
         self._build()
 
     # -- pipeline -----------------------------------------------------------------------
     def _build(self) -> None:
-        common: dict[str, Any] = {"stop_event": self.stop_event, "gate": self.gate, "bus": self.bus}
-        self.queues = {
-            name: StageQueue(size)
-            for name, size in (
-                ("audio", 512),
-                ("segments", 16),
-                ("transcripts", 16),
-                ("llm_out", 64),
-                ("tts", 64),
-                ("out", 128),
-            )
-        }
-        q = self.queues
+        """The session's pipeline, wired by :func:`~speech_to_speech.pipeline.build_session_pipeline`
+        (the same stages, queues and barge-in handling as local mode) with the client as its
+        source (:attr:`inputs`) and its sink (:class:`ClientSink`)."""
 
-        def stage(kind: str, name: str, inq: StageQueue, outq: StageQueue) -> BaseHandler:
-            backend = get_backend(kind, name)
-            config = copy.deepcopy(config_from_args(backend.config_cls, self.args))
-            handler_cls = backend.load_handler_class()
-            return handler_cls(
-                input_queue=inq,
-                output_queue=outq,
-                config=config,
-                device=self.args.resolved_device,
-                name=f"{self.id}:{kind}",
-                **common,
-            )
+        def make_sink(queue: StageQueue, common: dict[str, Any]) -> ClientSink:
+            on_failed = lambda: self._discard_prefetch("response failed")  # noqa: E731
+            self.output = ResponseOutput(self.emit, common["gate"], self.conversation, on_failed, self.media)
+            rate = self.media.rate if self.media is not None else WIRE_RATE  # the sink resamples the TTS once, to it
+            return ClientSink(input_queue=queue, target=self.output, sample_rate=rate, name=f"{self.id}:sink", **common)
 
-        self.vad: BaseVADHandler = stage("vad", self.args.vad, q["audio"], q["segments"])  # type: ignore[assignment]
-        self.stt = stage("stt", self.args.stt, q["segments"], q["transcripts"])
-        self.llm: BaseLLMHandler = stage("llm", self.args.llm_backend, q["transcripts"], q["llm_out"])  # type: ignore[assignment]
-        lm_output = LMOutputProcessor(
-            input_queue=q["llm_out"], output_queue=q["tts"], name=f"{self.id}:lm_output", **common
-        )
-        self.tts = stage("tts", self.args.tts, q["tts"], q["out"])
-        rate = self.media.rate if self.media is not None else WIRE_RATE  # the sink resamples the TTS once, to it
-        self.sink = ClientSink(
-            input_queue=q["out"], target=self.output, sample_rate=rate, name=f"{self.id}:sink", **common
-        )
-        self.llm.prefetch = PrefetchCoordinator()
-        self.stages: list[BaseHandler] = [self.vad, self.stt, self.llm, lm_output, self.tts, self.sink]
+        self.pipeline = build_session_pipeline(self.args, make_sink, self.id)
+        self.gate, self.bus, self.stop_event = self.pipeline.gate, self.pipeline.bus, self.pipeline.stop_event
+        #: where the client's audio and requests enter: ``"audio"`` (the VAD's queue), ``"segments"`` (the STT's)
+        self.inputs = self.pipeline.inputs
+        self.stages: list[BaseHandler] = self.pipeline.stages
+        self.vad: BaseVADHandler = self.stages[0]  # type: ignore[assignment]
+        self.llm: BaseLLMHandler = self.stages[2]  # type: ignore[assignment]
+        self.sink: ClientSink = self.stages[-1]  # type: ignore[assignment]
         self.bus.subscribe(self._on_event)
 
     def start(self, stop: threading.Event | None = None) -> None:
@@ -192,25 +158,12 @@ class RealtimeSession:
         Raises:
             RuntimeError: if a stage fails to set up, or ``stop`` was set first.
         """
-        for s in self.stages:
-            s.start()
-        for s in self.stages:
-            while not s.ready.wait(0.1):
-                if stop is not None and stop.is_set():
-                    self.close()
-                    raise RuntimeError("stopped while loading models")
-            if s.setup_error is not None:
-                self.close()
-                raise RuntimeError(f"{s.name}: {s.setup_error}")
+        self.pipeline.start(cancel=stop)
         self.emit(server_event("session.created", session=self.session_object()))
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop every stage of this session and join its threads."""
-        self.stop_event.set()
-        deadline = time.monotonic() + timeout_s
-        for s in self.stages:
-            if s.is_alive():
-                s.join(max(0.0, deadline - time.monotonic()))
+        self.pipeline.stop(timeout_s)
 
     def emit(self, event: dict[str, Any], stamp: Stamp | None = None) -> None:
         """Send ``event`` to the client from any thread.
@@ -304,7 +257,7 @@ class RealtimeSession:
 
     def _to_vad(self, item: Any) -> None:
         try:
-            self.queues["audio"].put_nowait(item)
+            self.inputs["audio"].put_nowait(item)
         except queue.Full:
             raise ProtocolError("input_audio_overflow", "the server is behind; audio was dropped") from None
 
@@ -461,18 +414,13 @@ class RealtimeSession:
         self.interrupt()
 
     def interrupt(self) -> None:
-        """Barge-in or cancel: bump the generation, flush stale queued work, cut playback."""
+        """Cancel: bump the generation, flush stale queued work, cut playback (as a barge-in does)."""
         self.gate.scope.cancel()
-        self._flush()
+        self.pipeline.interrupt(time.monotonic())
 
     def _discard_prefetch(self, reason: str) -> None:
         if self.llm.prefetch is not None:
             self.llm.prefetch.discard_open(reason)
-
-    def _flush(self) -> None:
-        for name in ("segments", "transcripts", "llm_out", "tts", "out"):
-            self.queues[name].drop_where(self.gate.drops)
-        self.queues["out"].put_unless_stopped(Interrupt(time.monotonic()), self.stop_event)
 
     def _enqueue(self, item: Any) -> None:
         """Client-driven work goes through the STT queue so it keeps its place after audio turns.
@@ -480,7 +428,7 @@ class RealtimeSession:
         Never blocks the event loop: a full queue is an error for the client.
         """
         try:
-            self.queues["segments"].put_nowait(item)
+            self.inputs["segments"].put_nowait(item)
         except queue.Full:
             raise ProtocolError("server_busy", "too many requests in flight; try again shortly") from None
 
@@ -508,8 +456,7 @@ class RealtimeSession:
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, SpeechStarted):
-            self._discard_prefetch("speech started")
-            self._flush()  # the VAD already bumped the generation (barge-in)
+            self._discard_prefetch("speech started")  # the pipeline flushed the reply (barge-in)
             fields = {"audio_start_ms": int(event.audio_ms), "item_id": self._user_item(event.turn_id)}
             self.emit(server_event("input_audio_buffer.speech_started", **fields))
         elif isinstance(event, SpeechStopped):
@@ -537,8 +484,6 @@ class RealtimeSession:
             self.output.start(event.turn_id, modalities, metadata)
         elif isinstance(event, ToolCallReady):
             self.output.tool_call(event)
-        elif isinstance(event, ResponseInterrupted):
-            self.llm.apply_heard_text(event.turn_id, event.heard_text)
         elif isinstance(event, StageError):
             self.emit(error_event("server_error", f"{event.stage}: {event.message}", kind="server_error"))
 

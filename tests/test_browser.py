@@ -124,12 +124,10 @@ def fake_microphone(wav: Path | None, deny: bool = False) -> list[str]:
     return flags
 
 
-def report(request: pytest.FixtureRequest, line: str) -> None:
+def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
     """Print ``line`` in pytest's output, also without ``-s``."""
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
-    print(line)
+    with capsys.disabled():
+        print(f"\n{line}", flush=True)
 
 
 PAGE_STATE = """JSON.stringify({
@@ -159,7 +157,7 @@ async def page_state(browser: Chromium) -> dict[str, Any]:
 
 
 def test_a_spoken_conversation_in_the_browser(
-    server: InProcessServer, provider: ResponsesServer, artifacts: Path, request: pytest.FixtureRequest
+    server: InProcessServer, provider: ResponsesServer, artifacts: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     binary = chromium_or_skip()
     provider.script(LONG_REPLY, SHORT_REPLY)
@@ -207,7 +205,7 @@ def test_a_spoken_conversation_in_the_browser(
 
     r = run(scenario())
     for name, path in shots.items():
-        report(request, f"browser screenshot ({name}): {path}")
+        report(capsys, f"browser screenshot ({name}): {path}")
     end = r["end"]
 
     # the server got the microphone over WebRTC and answered on the same peer connection
@@ -254,11 +252,11 @@ def test_a_spoken_conversation_in_the_browser(
     # disconnecting ends the session on the server
     assert r["after"]["message"] == "Disconnected." and "idle" in r["after"]["who"], r["after"]
     latencies = [reply["latency"] for reply in (first, second)]
-    report(request, f"browser transcripts: {text_a!r}, {text_b!r}; latencies: {latencies}")
+    report(capsys, f"browser transcripts: {text_a!r}, {text_b!r}; latencies: {latencies}")
 
 
 def test_the_page_explains_what_went_wrong(
-    guarded: InProcessServer, artifacts: Path, request: pytest.FixtureRequest
+    guarded: InProcessServer, artifacts: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A missing API key (then the key entered: connected), a server error, a lost connection, a denied microphone."""
     binary = chromium_or_skip()
@@ -302,7 +300,7 @@ def test_the_page_explains_what_went_wrong(
         return out
 
     r = run(scenario())
-    report(request, f"browser screenshot (connection lost): {artifacts / 'connection-lost.png'}")
+    report(capsys, f"browser screenshot (connection lost): {artifacts / 'connection-lost.png'}")
     assert "needs an API key" in r["no_key"], r
     assert r["connected"].startswith("Connected"), r
     assert r["url_has_key"] == "False"

@@ -133,6 +133,22 @@ def test_turn_detection_modes() -> None:
         resolve_turn_detection("psychic")
 
 
+def test_smart_turn_without_its_model_fails_before_anything_loads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import speech_to_speech.turn_detection as turn_detection
+    from speech_to_speech.cli import parse_args
+    from speech_to_speech.pipeline import PipelineError, build_pipeline
+
+    monkeypatch.setattr(turn_detection, "smart_turn_installed", lambda: False)
+    assert resolve_turn_detection("auto") == "silence"  # the default falls back to silence
+    source = tmp_path / "in.wav"
+    sf.write(str(source), np.zeros(1600, dtype=np.float32), 16_000)
+    flags = ["--input_audio", str(source), "--output_audio", str(tmp_path / "out.wav")]
+    with pytest.raises(PipelineError, match=r"pip install 'speech-to-speech\[smart-turn\]'"):
+        build_pipeline(parse_args([*flags, "--turn_detection", "smart_turn"]))
+
+
 # -- the VAD stage with a scripted end-of-turn model ------------------------------------------------
 class ScriptedModel:
     """An end-of-turn model that answers each call with the next probability."""

@@ -365,8 +365,11 @@ KNOWN_TYPES = (
     "input_audio_buffer.append",
     "input_audio_buffer.commit",
     "input_audio_buffer.clear",
+    "output_audio_buffer.clear",
     "conversation.item.create",
+    "conversation.item.retrieve",
     "conversation.item.truncate",
+    "conversation.item.delete",
     "response.create",
     "response.cancel",
 )
@@ -439,6 +442,9 @@ wrong_fields: st.SearchStrategy[dict[str, Any]] = st.one_of(
         json_values,
         json_values,
     ),
+    st.builds(lambda v: {"type": "conversation.item.retrieve", "item_id": v}, json_values),
+    st.builds(lambda v: {"type": "conversation.item.delete", "item_id": v}, json_values),
+    st.builds(lambda v: {"type": "response.cancel", "response_id": v}, json_values.filter(lambda v: v is not None)),
     st.builds(lambda v: {"type": "response.create", "response": v}, wrong_objects),
     st.builds(
         lambda v: {"type": "response.create", "response": {"instructions": v}},

@@ -395,6 +395,8 @@ class RealtimeSession:
             tool_choice=tool_choice,
         )
         self._requested[stamp.turn_id] = (modalities, metadata)
+        while len(self._requested) > 64:  # requests cancelled before they started never pop theirs
+            self._requested.pop(next(iter(self._requested)))
         self._claiming = (modalities, metadata)
         try:
             # a follow-up to tool results may already have been generated ahead; it is claimed

@@ -42,11 +42,13 @@ class SpeechStarted(Event):
         audio_ms: where speech starts in the input stream, ms since the stream began.
         pauses_reply: a reply was in flight and is paused, not cancelled: what the user
             says decides (see :mod:`speech_to_speech.interruptions`).
+        barge_in: the VAD cancelled whatever was in flight (the generation moved on).
     """
 
     revision: int = 0
     audio_ms: float = 0.0
     pauses_reply: bool = False
+    barge_in: bool = False
 
 
 @dataclass

@@ -98,8 +98,6 @@ class Pipeline:
     replies: RepliesInFlight | None = None
     #: judges user speech during a reply (None: speech cancels the reply at once)
     interruptions: Interruptions | None = None
-    #: the VAD cancels what is in flight when speech starts without pausing it (``--interrupt_response``)
-    cancels_on_speech: bool = True
     #: where a caller feeds a pipeline that has no source stage (a realtime session): its queues by name
     inputs: dict[str, StageQueue] = field(default_factory=dict)
 
@@ -176,7 +174,7 @@ class Pipeline:
         drop its queued work (none of it reached the sink)."""
         if isinstance(event, SpeechStarted):
             if not event.pauses_reply:
-                self.interrupt(event.time, report_silent=self.cancels_on_speech)
+                self.interrupt(event.time, report_silent=event.barge_in)
         elif isinstance(event, ReplyPaused):
             self._to_sink(Pause(event.at))
         elif isinstance(event, ReplyResumed):
@@ -349,9 +347,7 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
     llm_out, tts_inputs, audio_out = link("llm_out"), link("tts_inputs"), link("audio_out")
     stages.extend(_reply_stages(args, transcripts, llm_out, tts_inputs, audio_out, device, common))
     stages.append(_make_sink(args, audio_out, clock, common))
-    pipeline = Pipeline(
-        stages, stop, gate, bus, clock, queues, speculation, replies, interruptions, bool(args.interrupt_response)
-    )
+    pipeline = Pipeline(stages, stop, gate, bus, clock, queues, speculation, replies, interruptions)
     bus.subscribe(pipeline.on_event)
     return pipeline
 
@@ -387,7 +383,9 @@ def build_session_pipeline(
     replies = _reply_stages(args, q["transcripts"], q["llm_out"], q["tts_inputs"], q["audio_out"], device, common, name)
     replies[0].prefetch = PrefetchCoordinator()  # type: ignore[attr-defined]
     stages = [vad, stt, *replies, make_sink(q["audio_out"], common)]
-    pipeline = Pipeline(stages, stop, gate, bus, StreamClock(), list(q.values()), inputs=q)
+    # replies in flight: one cancelled before any of its audio was sent leaves no text in history
+    replies_in_flight = RepliesInFlight(bus)
+    pipeline = Pipeline(stages, stop, gate, bus, StreamClock(), list(q.values()), replies=replies_in_flight, inputs=q)
     bus.subscribe(pipeline.on_event)
     return pipeline
 

@@ -265,7 +265,13 @@ class BaseVADHandler(BaseHandler):
         self._partial_offset = self.endpointer.offset
         start_ms = 1000 * max(0, self.endpointer.offset - CHUNK_SAMPLES) / SAMPLE_RATE
         self.bus.publish(
-            SpeechStarted(self._stamp.turn_id, revision=self._stamp.revision, audio_ms=start_ms, pauses_reply=pauses)
+            SpeechStarted(
+                self._stamp.turn_id,
+                revision=self._stamp.revision,
+                audio_ms=start_ms,
+                pauses_reply=pauses,
+                barge_in=self.config.interrupt_response and not pauses,
+            )
         )
 
     # -- partial transcripts ---------------------------------------------------------------

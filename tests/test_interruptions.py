@@ -500,6 +500,20 @@ def test_a_reply_cancelled_before_its_first_audio_leaves_no_text_in_history() ->
     assert history(llm) == [("user", "What is the capital of France?"), ("assistant", INTERRUPTION_MARKER.strip())]
 
 
+def test_speech_that_cancelled_nothing_reports_nothing() -> None:
+    """With --interrupt_response false the VAD does not cancel: the reply is still heard whole."""
+    llm, events = make_llm(Script(["Paris is the capital."]))
+    replies = RepliesInFlight(llm.bus)
+    pipeline = Pipeline([llm], llm.stop_event, llm.gate, llm.bus, StreamClock(), [], None, replies)
+    llm.bus.subscribe(pipeline.on_event)
+    ask(llm, "What is the capital of France?")
+    llm.bus.publish(SpeechStarted(2, barge_in=False))
+    assert not [e for e in events if isinstance(e, ResponseInterrupted)]
+    assert history(llm)[-1] == ("assistant", "Paris is the capital.")
+    llm.bus.publish(SpeechStarted(3, barge_in=True))  # the VAD cancelled (it bumps the generation first)
+    assert [e.heard_text for e in events if isinstance(e, ResponseInterrupted)] == [""]
+
+
 def test_a_reply_with_audio_at_the_sink_is_left_to_the_sink() -> None:
     bus = EventBus()
     replies = RepliesInFlight(bus)

@@ -4,9 +4,13 @@ The session runs on the event loop; its VAD and LLM run in their own threads. A 
 or a history edit is never written into a stage from the loop: it is a message put on the
 stage's input queue (the VAD's audio queue, the STT's queue for the LLM, where client-driven
 work keeps its place), applied by the stage between two items (see
-:meth:`speech_to_speech.handler.BaseHandler._control`). The one exception is cutting a reply
-to what was heard, which goes through the LLM stage's locked
-:meth:`~speech_to_speech.llm.BaseLLMHandler.apply_heard_text` (the sink calls it the same way).
+:meth:`speech_to_speech.handler.BaseHandler._control`).
+
+What the session calls directly is the LLM stage's locked interface, each call taking the lock
+that guards what it touches: :meth:`~speech_to_speech.llm.BaseLLMHandler.apply_heard_text`
+(cutting a reply to what was heard; the sink calls it the same way on barge-in),
+:meth:`~speech_to_speech.llm.BaseLLMHandler.respond_or_claim` (a response request, or the claim
+of a follow-up generated ahead), ``prefetch.discard_open`` and reading ``chat.items()``.
 """
 
 from __future__ import annotations

@@ -264,7 +264,9 @@ class RealtimeSession:
     def commit_audio(self, event: Any = None) -> None:
         """``input_audio_buffer.commit``: the buffered audio becomes a user turn."""
         if self.config.turn_detection is not None:
-            raise ProtocolError("invalid_state", "commit is only used when turn_detection is null")
+            # the server's VAD commits each turn itself; nothing waits in a buffer to be committed
+            message = "with turn detection on, the server commits the audio itself (commit is for turn_detection null)"
+            raise ProtocolError("input_audio_buffer_commit_empty", message)
         if not self._buffered:
             raise ProtocolError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
         samples = np.concatenate(self._buffer)

@@ -112,7 +112,7 @@ class VADConfig:
     speculative_silence_ms: int = 200
     partial_interval_ms: int = 500
     turn_detection: str = "auto"
-    turn_threshold: float = 0.5
+    turn_threshold: float = 0.7
     turn_max_silence_ms: int = 2000
     resume_within_ms: int = 1500
 

@@ -59,8 +59,6 @@ _TEXT_LEAD = (
 
 _VOICE_RULES = (
     "Reply in one sentence by default, two sentences at most, unless asked for more.",
-    "Answer questions directly. When the user just tells you something, react in your own words with a "
-    "short comment or a question; never repeat what they said.",
     "Write only words to be spoken: no markdown, lists, emoji or stage directions like *laughs*.",
     "The user's words are a noisy speech transcript and may be misheard: answer what they most likely "
     "meant, and do not point out or correct possible mishearings unless asked.",

@@ -44,6 +44,7 @@ from speech_to_speech.events import (
     UserTranscript,
 )
 from speech_to_speech.handler import SHOWN_AS_EVENT, BaseHandler
+from speech_to_speech.hidden_response import HiddenResponse
 from speech_to_speech.llm_api import (
     AssistantMessage,
     EmptyRequestError,
@@ -65,9 +66,7 @@ from speech_to_speech.messages import (
     TTSInput,
 )
 from speech_to_speech.prefetch import (
-    PREFETCH_STREAM_MAXSIZE,
     PrefetchCoordinator,
-    PrefetchStream,
     ResponsePrefetchTransaction,
 )
 from speech_to_speech.prompts import (
@@ -76,6 +75,7 @@ from speech_to_speech.prompts import (
     build_voice_system_prompt,
     language_name,
 )
+from speech_to_speech.provider_reader import END, ERROR, ProviderReader
 from speech_to_speech.serialize import to_chat_messages
 from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
 from speech_to_speech.tools.prompt import build_tool_prompt
@@ -127,7 +127,7 @@ class BaseLLMHandler(BaseHandler):
         #: speculative follow-ups to tool results (set by the realtime session)
         self.prefetch: PrefetchCoordinator | None = None
         self.default_wants_audio = True  # modality of responses nobody asked for yet (prefetch)
-        self._hidden: tuple[str, _HiddenResponse] | None = None
+        self._hidden: tuple[str, HiddenResponse] | None = None
         self._prefetch_lock = threading.Lock()
         #: cancel generations of the response requests queued by respond_or_claim that have not
         #: reached this stage yet (they pass earlier stages first); no prefetch starts meanwhile
@@ -330,7 +330,7 @@ class BaseLLMHandler(BaseHandler):
             yield from self.events(request, should_stop)
             return
         first_s, total_s = self.first_token_deadline_s(request), self.response_timeout_s()
-        reader = _ProviderReader(
+        reader = ProviderReader(
             lambda abandoned: self.events(request, lambda: abandoned() or should_stop()), f"{self.name}:provider"
         )
         first = False
@@ -350,9 +350,9 @@ class BaseLLMHandler(BaseHandler):
                         raise ProviderTimeout(f"no first token within {first_s:g} s")
                     if total_s is not None and waited > total_s:
                         raise ProviderTimeout(f"no complete answer within {total_s:g} s")
-                if kind is _END:
+                if kind is END:
                     return
-                if kind is _ERROR:
+                if kind is ERROR:
                     raise value
                 if isinstance(value, (ToolCall, AssistantMessage)) or (isinstance(value, TextDelta) and value.text):
                     first = True
@@ -517,7 +517,7 @@ class BaseLLMHandler(BaseHandler):
             txn = self.prefetch.try_start(f"prefetch_{stamp.turn_id}", {})
             if txn is None:
                 return
-            hidden = _HiddenResponse(self, txn)
+            hidden = HiddenResponse(self, txn)
             self._hidden = (txn.key, hidden)
         txn.register_abort(lambda: self.gate.turns.revise(stamp.turn_id))  # stale: generation stops
         real_bus, self.bus = self.bus, hidden  # type: ignore[assignment]
@@ -579,95 +579,3 @@ class BaseLLMHandler(BaseHandler):
         )
         summary = "".join(e.text for e in self.events(request, self.stop_event.is_set) if isinstance(e, TextDelta))
         return "(Our earlier conversation, summarised.)", summary.strip()
-
-
-class _HiddenResponse:
-    """Holds a prefetched response's events and outputs until it is claimed.
-
-    Stands in for the event bus during the hidden generation. Outputs go through
-    a bounded :class:`~speech_to_speech.prefetch.PrefetchStream`; on claim the
-    held events are replayed and a drain thread moves the outputs downstream.
-    """
-
-    def __init__(self, llm: BaseLLMHandler, txn: ResponsePrefetchTransaction) -> None:
-        self.llm = llm
-        self.real_bus = llm.bus
-        self.txn = txn
-        self.lock = threading.Lock()
-        self.events: list[Event] = []
-        self.released = False
-        self.stream = PrefetchStream(4 * PREFETCH_STREAM_MAXSIZE, lambda: txn.is_discarded or llm.stop_event.is_set())
-
-    def publish(self, event: Event) -> None:
-        with self.lock:
-            if not self.released:
-                self.events.append(event)
-                return
-        self.real_bus.publish(event)
-
-    def put(self, item: Any) -> bool:
-        return self.stream.put(item)
-
-    def release(self) -> None:
-        """Claimed: replay the held events, then stream the outputs downstream."""
-        with self.lock:
-            events, self.events, self.released = self.events, [], True
-        for event in events:
-            self.real_bus.publish(event)
-        threading.Thread(target=self._drain, name=f"{self.llm.name}:prefetch-drain", daemon=True).start()
-
-    def _drain(self) -> None:
-        for item in self.stream:
-            self.llm.emit(item)
-
-
-_EVENT, _END, _ERROR = object(), object(), object()
-#: seconds a stopped provider reader may take to end by itself before it is aborted
-READER_GRACE_S = 0.05
-
-
-class _ProviderReader:
-    """Runs a backend's event generator in a daemon thread, advancing it only when asked.
-
-    ``make_events(abandoned)`` builds the generator; ``abandoned()`` turns True once the consumer
-    gave up, so the backend can stop at its next check. Lock-step (one event per
-    :meth:`ask_next`) keeps the order of side effects exactly as if the consumer iterated the
-    generator itself: nothing is read ahead of what was consumed.
-    """
-
-    def __init__(self, make_events: Callable[[Callable[[], bool]], Iterator[ProviderEvent]], name: str) -> None:
-        self.results: queue.Queue[tuple[object, Any]] = queue.Queue()
-        self._asks: queue.Queue[bool] = queue.Queue()
-        self._abandoned = threading.Event()
-        self._make_events = make_events
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def ask_next(self) -> None:
-        self._asks.put(True)
-
-    def stop(self) -> bool:
-        """Give up on the generator; True when its thread ended within :data:`READER_GRACE_S`."""
-        self._abandoned.set()
-        self._asks.put(False)
-        self._thread.join(READER_GRACE_S)
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        events: Iterator[ProviderEvent] | None = None
-        try:
-            events = iter(self._make_events(self._abandoned.is_set))
-            while self._asks.get() and not self._abandoned.is_set():
-                try:
-                    event = next(events)
-                except StopIteration:
-                    self.results.put((_END, None))
-                    return
-                self.results.put((_EVENT, event))
-        except BaseException as exc:  # handed to the consumer, which raises it in the stage thread
-            self.results.put((_ERROR, exc))
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    close()

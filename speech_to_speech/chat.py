@@ -1,15 +1,9 @@
 """Conversation history for the LLM stage: bounded, transactional and thread-safe.
 
-Items are plain dicts in a neutral form close to the OpenAI Responses API:
-
-- message: ``{"id", "type": "message", "role": "user" | "assistant" | "system", "content": str | [part, ...]}``
-  where a part is ``{"type": "input_text" | "output_text", "text": str}`` or
-  ``{"type": "input_audio", "audio": <base64 str>, "transcript": str | None}``;
-- function call: ``{"id", "type": "function_call", "call_id", "name", "arguments": <JSON string>}``;
-- function call output: ``{"id", "type": "function_call_output", "call_id", "output": str}``.
-
-:class:`Chat` keeps the system prompt apart from the items. Its size is counted in user turns (a user
-message and everything up to the next user message). Three mechanisms keep it valid and bounded:
+Items are plain dicts close to the OpenAI Responses API (messages, function calls and their
+outputs; shapes and validation in :mod:`speech_to_speech.items`). :class:`Chat` keeps the system
+prompt apart from the items. Its size is counted in user turns (a user message and everything up
+to the next user message). Three mechanisms keep it valid and bounded:
 
 - **Function-call pairing.** A ``function_call_output`` is only accepted for a known ``call_id``.
   Calls are also remembered apart (until their output arrives), so an output for a call that was
@@ -23,8 +17,7 @@ message and everything up to the next user message). Three mechanisms keep it va
   whole turns, or summarises them in a background thread with a compactor. :meth:`Chat.add_item`
   also enforces a hard cap of ``2 * size`` user turns inline.
 
-Item shapes and validation live in :mod:`speech_to_speech.items`; serialisation for the APIs and
-chat templates in :mod:`speech_to_speech.serialize`.
+Serialisation for the APIs and chat templates is in :mod:`speech_to_speech.serialize`.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ one generation run at a time. A response waiting for it counts that wait against
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
 import json
 import logging
 import os
@@ -88,14 +90,23 @@ class LlamaEngine:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         from llama_cpp import Llama
 
-        self.llm = Llama(
-            model_path=model_path,
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            n_batch=512,
-            verbose=False,
-        )
+        # verbose=False would make llama-cpp-python point the process's stdout and stderr file
+        # descriptors at /dev/null while it loads, swallowing what other threads print meanwhile
+        # (the console's "ready" lines of the other stages). Load verbosely instead, with only this
+        # thread's Python-level stderr captured (logging handlers keep their own stream), then quiet.
+        from llama_cpp._logger import set_verbose
+
+        with contextlib.redirect_stderr(io.StringIO()):
+            self.llm = Llama(
+                model_path=model_path,
+                n_ctx=n_ctx,
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
+                n_batch=512,
+                verbose=True,
+            )
+        set_verbose(False)  # native logs: errors only from now on
+        self.llm.verbose = False  # no per-request prints (prefix-match hits, timings)
         # free the native model before interpreter shutdown tears down the binding's globals
         # (its __del__ fails then, printing a traceback at every exit)
         atexit.register(self.llm.close)

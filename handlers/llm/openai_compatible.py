@@ -110,6 +110,13 @@ class OpenAICompatibleHandler(BaseLLMHandler):
         self.official = is_official_openai(cfg.responses_api_base_url)
         self._openai = openai
 
+    def cleanup(self) -> None:
+        super().cleanup()
+        client = getattr(self, "client", None)
+        if client is not None:  # the session's HTTP connections and TLS context, now
+            with contextlib.suppress(Exception):
+                client.close()
+
     def response_timeout_s(self) -> float | None:
         return self.config.request_timeout_s
 

@@ -31,6 +31,7 @@ from speech_to_speech.realtime.http import CALLS_PATH, CallRefused, HTTPConnecti
 from speech_to_speech.realtime.protocol import error_event
 from speech_to_speech.realtime.session import RealtimeSession, SessionLimits
 from speech_to_speech.realtime.transport import Transport, WebSocketTransport
+from speech_to_speech.shared import freeze_loaded, limit_malloc_arenas, release_memory
 
 logger = logging.getLogger(__name__)
 
@@ -65,13 +66,16 @@ class RealtimeServer:
         Raises:
             RuntimeError: a stage failed to load, or ``stop`` was set while loading.
         """
+        limit_malloc_arenas()  # before the stage threads allocate (see shared.py)
         loop = asyncio.new_event_loop()
         try:
             session = RealtimeSession(self.args, loop, lambda event: None, self.limits)
             session.start(stop)
             session.close()
+            del session
         finally:
             loop.close()
+        freeze_loaded()  # later collections scan only what sessions create (see shared.py)
 
     async def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         response = await self.http(connection, request)  # the page and the calls endpoint
@@ -119,6 +123,13 @@ class RealtimeServer:
             await loop.run_in_executor(None, session.close)
             await transport.close()
             logger.info("session %s (%s) closed", session.id, transport.kind)
+            # the session's objects are reference cycles: free them (and their native memory) once its
+            # threads (stages and their helpers, named after it) have ended: one still in a model
+            # call may outlive close()'s join
+            prefix = f"{session.id}:"
+            threads = {t.ident for t in threading.enumerate() if t.name.startswith(prefix) and t.ident is not None}
+            del session
+            await loop.run_in_executor(None, release_memory, threads)
 
     async def handle(self, connection: ServerConnection) -> None:
         """Run one WebSocket client's session until it disconnects."""

@@ -15,6 +15,7 @@ Everything else is written here, once:
   always pairs with it;
 * errors: an empty request fails early, a timeout speaks an apology, any other
   exception is recorded and, if nothing was said yet, a fallback line is spoken;
+  so is a spoken reply with nothing to hear (no text, or only markdown and emoji);
 * exactly one :class:`EndOfResponse` per response, whatever happened.
 """
 
@@ -450,6 +451,10 @@ class BaseLLMHandler(BaseHandler):
     def _finish(self, st: _ResponseState, sent: bool, txn: ResponsePrefetchTransaction | None = None) -> Iterator[Any]:
         text = (st.final_text if st.final_text is not None else "".join(st.deltas)).strip()
         stale = st.cancelled or self._stale(st.stamp)
+        if not stale and st.error is None and sent and st.wants_audio and not st.spoken and not st.tool_calls:
+            # nothing to hear (no text, or only markdown and emoji): the listener gets the fallback, not silence
+            st.error = "empty reply: nothing speakable"
+            logger.warning("%s: turn %d got an empty reply", self.name, st.stamp.turn_id)
         if not stale and st.error is not None and sent and not st.spoken:
             st.spoken = True
             yield self._tts_or_text(st, FAILURE_FALLBACK)
@@ -481,7 +486,7 @@ class BaseLLMHandler(BaseHandler):
         else:
             self.bus.publish(AssistantText(st.stamp.turn_id, text=text, error=st.error))
         if not text and st.tool_calls == 0 and st.error is None:
-            logger.warning("%s: turn %d got an empty reply", self.name, st.stamp.turn_id)
+            logger.warning("%s: turn %d got an empty text reply", self.name, st.stamp.turn_id)
         usage = {"input_tokens": st.usage.input_tokens, "output_tokens": st.usage.output_tokens} if st.usage else {}
         yield EndOfResponse(st.stamp, text=text, error=st.error, usage=usage)
 

@@ -212,12 +212,13 @@ def test_empty_reply_ends_once_and_says_nothing_empty(deltas: list[str]) -> None
     assert replies(llm) == []
 
 
-def test_punctuation_only_reply_speaks_nothing() -> None:
+def test_punctuation_only_reply_speaks_the_fallback() -> None:
     llm, _ = make_llm(Script(["...", " 😀", " !"]))
     out = ask(llm, "hi")
     end = check_response(out)
-    assert texts(out) == []
-    assert end.error is None
+    assert texts(out) == [FAILURE_FALLBACK]  # nothing to hear is a failure, not silence
+    assert end.error is not None and end.error.startswith("empty reply")
+    assert replies(llm) == []
 
 
 def test_empty_request_ends_without_calling_backend() -> None:

@@ -422,13 +422,19 @@ def test_incomplete_response_keeps_text_and_usage(server: ResponsesServer) -> No
 )
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "blocking"])
 def test_empty_reply(server: ResponsesServer, reply: Reply, stream: bool) -> None:
+    # nothing to hear: the listener gets the fallback line instead of silence, and history no reply
     server.script(reply)
     handler = make_handler(ResponsesAPIHandler, server.base_url, responses_api_stream=stream)
     out = ask(handler)
     end = check_response(out)
-    assert spoken(out) == []
+    assert spoken(out) == [FAILURE_FALLBACK]
     assert not any(isinstance(m, ToolCallRequest) for m in out)
-    assert end.error is None
+    assert end.error and end.error.startswith("empty reply")
+    assert history(handler) == [("message", "user")]
+    # a text-only reply is passed on as it is, and is no failure
+    out = ask(handler, wants_audio=False)
+    assert check_response(out).error is None
+    assert not spoken(out)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -76,7 +75,7 @@ from speech_to_speech.prompts import (
     build_voice_system_prompt,
     language_name,
 )
-from speech_to_speech.provider_reader import END, ERROR, ProviderReader
+from speech_to_speech.provider_reader import STALLED, read_with_deadlines
 from speech_to_speech.serialize import to_chat_messages
 from speech_to_speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
 from speech_to_speech.tools.prompt import build_tool_prompt
@@ -318,49 +317,26 @@ class BaseLLMHandler(BaseHandler):
     def _timed_events(
         self, request: LLMRequest, should_stop: Callable[[], bool], start: float
     ) -> Iterator[ProviderEvent]:
-        """:meth:`events` read in a helper thread, one event at a time as they are consumed, so that
-        the stage keeps its deadlines and its cancellation while the backend is blocked (a provider
+        """:meth:`events` read in a helper thread (see :func:`read_with_deadlines`), so that the
+        stage keeps its deadlines and its cancellation while the backend is blocked (a provider
         that accepted the request and sends nothing, an engine busy with another session).
 
         Raises:
-            ProviderTimeout: no first text or tool call within :meth:`first_token_deadline_s`, or
-                no end within :meth:`response_timeout_s`; the backend is told to stop (and
-                :meth:`abort_request` unblocks it if it does not).
+            ProviderTimeout: no first token within :meth:`first_token_deadline_s`, or no end within
+                :meth:`response_timeout_s`; the backend is told to stop (and :meth:`abort_request`
+                unblocks it if it does not).
         """
         if not self.events_in_helper_thread:
             yield from self.events(request, should_stop)
             return
-        first_s, total_s = self.first_token_deadline_s(request), self.response_timeout_s()
-        reader = ProviderReader(
-            lambda abandoned: self.events(request, lambda: abandoned() or should_stop()), f"{self.name}:provider"
+        yield from read_with_deadlines(
+            lambda abandoned: self.events(request, lambda: abandoned() or should_stop()),
+            f"{self.name}:provider",
+            should_stop,
+            start,
+            (self.first_token_deadline_s(request), self.response_timeout_s()),
+            self.abort_request,
         )
-        first = False
-        try:
-            while True:
-                reader.ask_next()
-                while True:
-                    try:
-                        kind, value = reader.results.get(timeout=self.poll_s)
-                        break
-                    except queue.Empty:
-                        pass
-                    if should_stop():
-                        return
-                    waited = time.monotonic() - start
-                    if first_s is not None and not first and waited > first_s:
-                        raise ProviderTimeout(f"no first token within {first_s:g} s")
-                    if total_s is not None and waited > total_s:
-                        raise ProviderTimeout(f"no complete answer within {total_s:g} s")
-                if kind is END:
-                    return
-                if kind is ERROR:
-                    raise value
-                if isinstance(value, (ToolCall, AssistantMessage)) or (isinstance(value, TextDelta) and value.text):
-                    first = True
-                yield value
-        finally:
-            if not reader.stop():
-                self.abort_request()
 
     def _consume(self, st: _ResponseState, events: Iterator[ProviderEvent], start: float) -> Iterator[Any]:
         streamer: SentenceStreamer | WordStreamer = (
@@ -368,6 +344,11 @@ class BaseLLMHandler(BaseHandler):
         )
         try:
             for event in events:
+                if event is STALLED:  # the provider paused: a whole sentence held for more text goes now
+                    if st.wants_audio and isinstance(streamer, SentenceStreamer) and not self._stale(st.stamp):
+                        for batch in streamer.flush_complete():
+                            yield from self._speak(st, batch)
+                    continue
                 if isinstance(event, Usage):
                     st.usage = event
                     continue

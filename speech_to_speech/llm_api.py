@@ -16,7 +16,11 @@ from speech_to_speech.serialize import to_chat_messages
 # -- provider events ------------------------------------------------------------------
 @dataclass
 class TextDelta:
-    """A piece of assistant text, always raw: filtering is the base class's job."""
+    """A piece of assistant text, always raw: filtering is the base class's job.
+
+    An empty one is a sign of life: the provider streams something that is not text yet (a
+    tool call's arguments), so the first-token time-out does not cut it off.
+    """
 
     text: str
 

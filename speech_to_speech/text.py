@@ -126,6 +126,10 @@ def first_clause_end(text: str, min_words: int = FIRST_CLAUSE_MIN_WORDS) -> int 
     return None
 
 
+#: text that ends a sentence: terminal punctuation, maybe closing quotes or brackets, then spaces
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s*$")
+
+
 class SentenceStreamer:
     """Turns a stream of text deltas into chunks for TTS as early as possible.
 
@@ -173,6 +177,13 @@ class SentenceStreamer:
             self._sent_first = True
             batch, self._batch = " ".join(self._batch), []
             yield batch
+
+    def flush_complete(self) -> Iterator[str]:
+        """Like :meth:`flush`, but only when the buffered tail ends a sentence (``.``, ``!``,
+        ``?`` or ``…``, closing quotes or brackets allowed): for a stream that paused after a
+        whole sentence, which otherwise waits for the next text to be released."""
+        if _SENTENCE_END.search(self._buffer):
+            yield from self.flush()
 
     def flush(self) -> Iterator[str]:
         """Yield whatever is pending: the batch so far plus the buffered tail."""

@@ -21,8 +21,8 @@ from speech_to_speech.cancel import Gate
 from speech_to_speech.events import EventBus
 from speech_to_speech.llm import TIMEOUT_APOLOGY, BaseLLMHandler
 from speech_to_speech.llm_api import LLMConfig, LLMRequest, ProviderEvent, TextDelta
-from speech_to_speech.messages import Transcript, TTSInput
-from tests.responses_server import Reply, ResponsesServer, Text
+from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
+from tests.responses_server import Call, Reply, ResponsesServer, Text
 from tests.test_openai_backends import ask, check_response, make_handler, spoken
 
 #: first-token limit used here, s; the provider stalls far longer
@@ -84,6 +84,36 @@ def test_a_slow_but_steady_stream_is_not_cut(provider: ResponsesServer) -> None:
     out = ask(handler)
     assert check_response(out).error is None
     assert " ".join(spoken(out)) == "One. Two."
+
+
+def test_a_whole_sentence_is_spoken_when_the_stream_pauses_after_it(provider: ResponsesServer) -> None:
+    # event 4 is "Let me see. ", a whole sentence normally held until more text shows where it ends;
+    # the provider then stalls until the whole-response limit
+    provider.script(Reply([Text(["Let me see. ", "Hmm"])], delay_s=60, delay_at=5))
+    handler = make_handler(
+        ResponsesAPIHandler, provider.base_url, first_token_timeout_s=FIRST_TOKEN_S, request_timeout_s=3
+    )
+    out = []
+    started = time.monotonic()
+    heard_at = None
+    for message in handler.process(Transcript(handler.gate.new_turn_stamp(), "question")):
+        out.append(message)
+        if isinstance(message, TTSInput) and heard_at is None:
+            heard_at = time.monotonic() - started
+    end = check_response(out)
+    assert spoken(out) == ["Let me see.", TIMEOUT_APOLOGY]
+    assert heard_at is not None and heard_at < 3, heard_at  # at the pause, not at the time-out
+    assert end.error and end.error.startswith("timeout")
+
+
+def test_a_tool_call_streaming_longer_than_the_first_token_limit_is_not_cut(provider: ResponsesServer) -> None:
+    # events: 2 the call announced, 3 its arguments' delta, 4 arguments done (after a long pause)
+    provider.script(Reply([Call("get_weather", '{"city": "Paris"}')], delay_s=2 * FIRST_TOKEN_S, delay_at=4))
+    handler = make_handler(ResponsesAPIHandler, provider.base_url, first_token_timeout_s=FIRST_TOKEN_S)
+    out = ask(handler)
+    end = check_response(out)
+    assert end.error is None, end.error
+    assert [m.name for m in out if isinstance(m, ToolCallRequest)] == ["get_weather"]
 
 
 def test_blocking_requests_have_only_the_total(provider: ResponsesServer) -> None:

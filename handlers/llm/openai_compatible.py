@@ -202,6 +202,8 @@ class ResponsesAPIHandler(OpenAICompatibleHandler):
             kind = getattr(event, "type", "")
             if kind in ("response.output_text.delta", "response.refusal.delta"):
                 yield TextDelta(event.delta)
+            elif kind == "response.function_call_arguments.delta":
+                yield TextDelta("")  # a sign of life: the call comes whole, at output_item.done
             elif kind == "response.output_item.done" and getattr(event.item, "type", "") == "function_call":
                 yield ToolCall(new_call_id(), event.item.name, event.item.arguments or "{}")
             elif kind in ("response.completed", "response.incomplete"):
@@ -260,6 +262,8 @@ class ChatCompletionsHandler(OpenAICompatibleHandler):
                 text = (delta.content or "") + (getattr(delta, "refusal", None) or "")
                 if text:
                     yield TextDelta(text)
+                if delta.tool_calls:
+                    yield TextDelta("")  # a sign of life: calls are emitted whole, at the end
                 for call in delta.tool_calls or []:
                     entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
                     if call.function is not None:

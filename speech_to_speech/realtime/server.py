@@ -72,9 +72,11 @@ class RealtimeServer:
             session = RealtimeSession(self.args, loop, lambda event: None, self.limits)
             session.start(stop)
             session.close()
+            threads = session_threads(session.id)
             del session
         finally:
             loop.close()
+        release_memory(threads)  # the warm-up session must be gone before the freeze
         freeze_loaded()  # later collections scan only what sessions create (see shared.py)
 
     async def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -126,8 +128,7 @@ class RealtimeServer:
             # the session's objects are reference cycles: free them (and their native memory) once its
             # threads (stages and their helpers, named after it) have ended: one still in a model
             # call may outlive close()'s join
-            prefix = f"{session.id}:"
-            threads = {t.ident for t in threading.enumerate() if t.name.startswith(prefix) and t.ident is not None}
+            threads = session_threads(session.id)
             del session
             await loop.run_in_executor(None, release_memory, threads)
 
@@ -266,6 +267,12 @@ def ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     except (OSError, ssl.SSLError) as exc:
         raise RuntimeError(f"cannot load the TLS certificate {certfile} (key: {keyfile or 'in it'}): {exc}") from None
     return context
+
+
+def session_threads(session_id: str) -> set[int]:
+    """Idents of the alive threads of a session (its stages and their helpers are named after it)."""
+    prefix = f"{session_id}:"
+    return {t.ident for t in threading.enumerate() if t.name.startswith(prefix) and t.ident is not None}
 
 
 def handler_tasks(server: Server) -> list[asyncio.Task[None]]:

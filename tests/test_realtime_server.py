@@ -553,7 +553,11 @@ async def _open_fuzz_client(srv: InProcessServer) -> RawClient:
 
 
 async def _send_and_await_one(client: RawClient, frame: str | bytes) -> dict[str, Any]:
-    """Send one raw frame and return the next server event."""
+    """Send one raw frame and return the next server event (after every reply to earlier frames:
+    a session.update with one bad field gets an error and then session.updated)."""
+    since = len(client.log.events)
+    await client.send({"type": "input_audio_buffer.clear"})  # its reply comes after all earlier ones
+    await client.log.wait_for("input_audio_buffer.cleared", WAIT_S, since=since, what="the sync probe")
     since = len(client.log.events)
     await client.send(frame)
     return await client.log.wait_for(lambda e: True, WAIT_S, since=since, what=f"a reply to {frame!r}")

@@ -389,8 +389,9 @@ class FileSink(PacedAudioSink):
     def on_interrupt(self, at: float) -> None:
         self._pieces.cut(self._position(at), where=lambda stamp: not self.gate.admits(stamp))
 
-    def on_pause(self, at: float) -> None:
+    def on_pause(self, at: float) -> float:
         self._pieces.cut(self._position(at))
+        return at
 
     def cleanup(self) -> None:
         audio = self._pieces.render(self._position(time.monotonic()), np.float32)
@@ -435,8 +436,9 @@ class SpeakerSink(PacedAudioSink):
     def on_interrupt(self, at: float) -> None:
         self._buffer.keep(self.gate.admits)
 
-    def on_pause(self, at: float) -> None:
+    def on_pause(self, at: float) -> float:
         self._buffer.clear()
+        return at
 
     def cleanup(self) -> None:
         if self._stream is not None:

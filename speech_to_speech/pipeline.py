@@ -377,15 +377,24 @@ def build_session_pipeline(
     gate = Gate()
     device = getattr(args, "resolved_device", None) or resolve_device(args.device)
     common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
+    # replies in flight: one cancelled before any of its audio was sent leaves no text in history;
+    # speech during one pauses it and its words decide (as in local mode), unless turned off
+    replies_in_flight = RepliesInFlight(bus)
+    interruptions = None
+    if args.interrupt_response and args.resume_within_ms > 0:
+        interruptions = Interruptions(bus, replies_in_flight, args.resume_within_ms)
     q = {kind: StageQueue(size) for kind, size in SESSION_QUEUE_SIZES.items()}
+    if interruptions is not None:
+        q["transcripts"] = JudgedTranscripts(interruptions, SESSION_QUEUE_SIZES["transcripts"])
     vad = _backend_stage(args, "vad", args.vad, q["audio"], q["segments"], device, common, f"{name}:vad")
     stt = _backend_stage(args, "stt", args.stt, q["segments"], q["transcripts"], device, common, f"{name}:stt")
     replies = _reply_stages(args, q["transcripts"], q["llm_out"], q["tts_inputs"], q["audio_out"], device, common, name)
     replies[0].prefetch = PrefetchCoordinator()  # type: ignore[attr-defined]
+    vad.interruptions = interruptions  # type: ignore[attr-defined]
     stages = [vad, stt, *replies, make_sink(q["audio_out"], common)]
-    # replies in flight: one cancelled before any of its audio was sent leaves no text in history
-    replies_in_flight = RepliesInFlight(bus)
-    pipeline = Pipeline(stages, stop, gate, bus, StreamClock(), list(q.values()), replies=replies_in_flight, inputs=q)
+    pipeline = Pipeline(
+        stages, stop, gate, bus, StreamClock(), list(q.values()), None, replies_in_flight, interruptions, q
+    )
     bus.subscribe(pipeline.on_event)
     return pipeline
 

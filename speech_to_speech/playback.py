@@ -172,9 +172,16 @@ class PacedAudioSink(BaseHandler):
         """Stop whatever of the replies the gate no longer admits was delivered but not yet
         played at monotonic time ``at``."""
 
-    def on_pause(self, at: float) -> None:
+    def on_pause(self, at: float) -> float:
         """Stop everything delivered but not yet played at monotonic time ``at`` (a pause; the
-        base keeps the audio and delivers it again on resume)."""
+        base keeps the audio and delivers it again on resume).
+
+        Returns:
+            when the output really stops (monotonic s): ``at`` (the default) for a sink that can
+            take back what it delivered ahead; a later time for one that cannot (audio already
+            sent to a remote player plays out: it then counts as heard and is not held).
+        """
+        return at
 
     def on_response_done(self, item: EndOfResponse) -> None:
         """Called when the end of a response is due (its audio has played)."""
@@ -247,13 +254,18 @@ class PacedAudioSink(BaseHandler):
                 with self._lock:
                     self._played = [p for p in self._played if p.stamp != end.stamp]
 
+    def delivered_until(self) -> float:
+        """When the audio delivered so far ends playing (monotonic s; 0.0 if none is playing)."""
+        with self._lock:
+            return max((p.start + p.duration for p in self._played), default=0.0)
+
     # -- pause and resume -------------------------------------------------------------
     def _pause(self, at: float) -> None:
         """Stop at ``at``; hold the rest (the unplayed part of the chunk playing then included)."""
         if self.paused:
             return
+        at = max(at, self.on_pause(at))
         self._paused_at = at
-        self.on_pause(at)
         held: list[tuple[Any, ...]] = []
         with self._lock:
             kept = []
@@ -283,9 +295,10 @@ class PacedAudioSink(BaseHandler):
         """Schedule what the pause held, from now, back to back."""
         if not self.paused:
             return
-        held, self._held, self._paused_at = self._held, [], None
+        held, self._held, paused_at = self._held, [], self._paused_at
+        self._paused_at = None
         now = time.monotonic()
-        self._play_end = now
+        self._play_end = max(now, paused_at or now)  # after what could not be taken back
         self._schedule_held(held, now)
 
     def _schedule_held(self, held: list[tuple[Any, ...]], now: float) -> None:

@@ -8,12 +8,17 @@ re-exported here (``load_clip`` is its ``load_wire_audio``: int16 at :data:`WIRE
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import soxr
 
 from speech_to_speech.cli import parse_args
 from speech_to_speech.realtime.client import (
@@ -25,6 +30,7 @@ from speech_to_speech.realtime.client import (
     decode_pcm16,
     encode_pcm16,
     event_type,
+    float_to_int16,
     silence,
 )
 from speech_to_speech.realtime.client import load_wire_audio as load_clip
@@ -37,14 +43,19 @@ __all__ = [
     "EventLog",
     "EventTimeout",
     "InProcessServer",
+    "Microphone",
+    "OverReply",
     "RawClient",
     "append_event",
+    "audio_arrivals",
     "blocks",
     "decode_pcm16",
     "event_type",
     "load_clip",
+    "longest_gap",
     "session_threads",
     "silence",
+    "talk_over_reply",
 ]
 
 #: how long the sessions of a stopped or abandoned client may take to go away, s (a slow, shared machine)
@@ -164,3 +175,134 @@ def blocks(samples: np.ndarray, block_s: float = 0.1) -> Iterator[str]:
     size = round(block_s * WIRE_RATE)
     for start in range(0, len(samples), size):
         yield encode_pcm16(samples[start : start + size])
+
+
+# -- talking over a reply, like a microphone -----------------------------------------------------
+
+
+class Microphone:
+    """Sends a client's audio in real time, :data:`MIC_BLOCK_S` blocks: silence, and each
+    utterance given to :meth:`say` when its turn comes.
+
+    Attributes:
+        said: per utterance, (when its first block was sent, when its last one was), monotonic s.
+    """
+
+    def __init__(self, client: RealtimeClient) -> None:
+        self.client = client
+        self.said: list[list[float]] = []
+        self._pending: list[tuple[int, str]] = []  # (utterance index, payload)
+        self._task: asyncio.Task[None] | None = None
+
+    def say(self, samples: np.ndarray, rate: int = 16_000) -> None:
+        """Queue an utterance, float32 mono at ``rate`` Hz."""
+        wire = soxr.resample(samples, rate, WIRE_RATE).astype(np.float32)
+        index = len(self.said)
+        self.said.append([-1.0, -1.0])
+        self._pending.extend((index, payload) for payload in blocks(float_to_int16(wire), MIC_BLOCK_S))
+
+    async def _run(self) -> None:
+        quiet = next(blocks(np.zeros(round(MIC_BLOCK_S * WIRE_RATE), dtype=np.int16), MIC_BLOCK_S))
+        start = time.monotonic()
+        for i in itertools.count():
+            await asyncio.sleep(max(0.0, start + i * MIC_BLOCK_S - time.monotonic()))
+            payload = quiet
+            if self._pending:
+                index, payload = self._pending.pop(0)
+                times = self.said[index]
+                times[0] = times[0] if times[0] >= 0 else time.monotonic()
+                times[1] = time.monotonic()
+            await self.client.send(append_event(payload))
+
+    def start(self) -> None:
+        """Start sending (on the running loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop sending."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+#: the microphone's block, s
+MIC_BLOCK_S = 0.1
+
+
+@dataclass
+class OverReply:
+    """What :func:`talk_over_reply` saw: every server event with its arrival time, when each
+    utterance was sent (the question first), and the session's LLM history at the end."""
+
+    events: list[dict[str, Any]]
+    times: list[float]
+    said: list[list[float]]
+    history: list[dict[str, Any]]
+    llm_heard: list[str]
+
+
+async def talk_over_reply(
+    url: str,
+    question: np.ndarray,
+    during_reply: list[np.ndarray],
+    until: Callable[[list[dict[str, Any]]], bool],
+    server: InProcessServer | None = None,
+    playing_s: float = 1.5,
+    every_s: float = 3.0,
+    timeout_s: float = 60.0,
+) -> OverReply:
+    """Ask ``question`` (16 kHz) as a microphone would; once the reply's audio has been arriving
+    for ``playing_s``, say each of ``during_reply`` (the next ``every_s`` later); return once
+    ``until(events)`` holds (and 0.5 s more, for anything that would follow).
+
+    Args:
+        server: the in-process server, to read the session's history (and a scripted LLM's
+            ``heard``) at the end; None: not read.
+
+    Raises:
+        EventTimeout: the reply or the end did not come within ``timeout_s``.
+    """
+    client = await RawClient.open(url)
+    log = client.log
+    mic = Microphone(client)
+    try:
+        created = await log.wait_for("session.created", timeout_s)
+        await client.send({"type": "session.update", "session": {"type": "realtime"}})
+        await log.wait_for("session.updated", timeout_s)
+        mic.start()
+        mic.say(question)
+        first = await log.wait_for("response.output_audio.delta", timeout_s)
+        first_at = log.times[log.events.index(first)]
+        for n, utterance in enumerate(during_reply):
+            await asyncio.sleep(max(0.0, first_at + playing_s + every_s * n - time.monotonic()))
+            mic.say(utterance)
+        await log.wait_until(lambda: until(log.events), timeout_s, "the end of the conversation")
+        await asyncio.sleep(0.5)
+        history: list[dict[str, Any]] = []
+        heard: list[str] = []
+        if server is not None:
+            session = server.session(created["session"]["id"])
+            history = session.llm.chat.items()
+            heard = list(getattr(session.llm, "heard", []))
+        return OverReply(list(log.events), list(log.times), [list(t) for t in mic.said], history, heard)
+    finally:
+        await mic.stop()
+        await client.close()
+
+
+def audio_arrivals(events: list[dict[str, Any]], times: list[float], response_id: str) -> list[tuple[float, float]]:
+    """(arrival time, seconds of audio) of each ``response.output_audio.delta`` of ``response_id``."""
+    return [
+        (t, len(base64.b64decode(e["delta"])) / 2 / WIRE_RATE)
+        for e, t in zip(events, times, strict=True)
+        if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
+    ]
+
+
+def longest_gap(arrivals: list[tuple[float, float]], start: float, end: float) -> tuple[float, float]:
+    """(length, start) of the longest pause between audio arrivals from the last one before
+    ``start`` to ``end`` (monotonic s); (0.0, start) if there are fewer than two."""
+    before = [t for t, _ in arrivals if t < start]
+    times = before[-1:] + [t for t, _ in arrivals if start <= t < end]
+    gaps = [(b - a, a) for a, b in itertools.pairwise(times)]
+    return max(gaps) if gaps else (0.0, start)

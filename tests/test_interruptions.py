@@ -312,6 +312,43 @@ def test_a_paused_reply_resumes_where_it_stopped_and_loses_nothing(rig: Callable
     assert not r.of(ResponseInterrupted)
 
 
+class RemotePlayerSink(RecordingSink):
+    """A sink that cannot take back what it delivered (audio sent to a remote player, as over
+    WebSocket): a pause starts where the delivered audio ends."""
+
+    def on_pause(self, at: float) -> float:
+        return self.delivered_until()
+
+
+def test_a_sink_that_cannot_take_audio_back_pauses_after_it_and_sends_nothing_twice(
+    rig: Callable[..., Rig],
+) -> None:
+    r = rig(RemotePlayerSink, sample_rate=RATE, lead_s=0.3)
+    stamp = r.gate.new_turn_stamp()
+    chunk_s = 0.1
+    words = WORDS * 2
+    r.feed(*(audio(stamp, chunk_s, word) for word in words), EndOfResponse(stamp, text="".join(words)))
+    r.sink.start()
+    assert wait_until(lambda: len(r.sink.writes) >= 5)
+    at = time.monotonic()
+    r.feed(Pause(at))
+    assert wait_until(lambda: r.sink.paused)
+    frontier = max(w.start + chunk_s for w in r.sink.writes)
+    assert frontier > at + 0.1, "nothing was delivered ahead: the test shows nothing"
+    delivered = len(r.sink.writes)
+    time.sleep(0.5)
+    assert len(r.sink.writes) == delivered, "audio delivered while paused"
+    resumed_at = time.monotonic()
+    r.feed(Resume())
+    r.finish()
+    after = r.sink.writes[delivered:]
+    # every sample delivered once, in order; the rest starts after what was delivered before
+    assert sum(len(w.samples) for w in r.sink.writes) == round(len(words) * chunk_s * RATE)
+    assert "".join(w.item.text for w in r.sink.writes) == "".join(words)
+    assert after and after[0].start >= max(resumed_at, frontier) - 0.01
+    assert [(e.turn_id, e.error) for e in r.of(ResponseDone)] == [(stamp.turn_id, None)]
+
+
 def test_a_paused_reply_that_is_then_cancelled_reports_what_was_heard_before_the_pause(
     rig: Callable[..., Rig],
 ) -> None:

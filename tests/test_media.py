@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -69,3 +70,33 @@ def test_clear_drops_the_audio_and_keeps_the_marks() -> None:
     frame, audio = buffer.next_frame()
     assert not audio and not frame.any()
     assert ended == ["end"]
+
+
+def test_recall_takes_back_the_unsent_audio_after_the_last_mark() -> None:
+    buffer = OutputAudioBuffer(frame_samples=100)
+    recalled: list[tuple[str, int, bool]] = []
+
+    def on_recall(name: str) -> Callable[[int, bool], None]:
+        return lambda unsent, started: recalled.append((name, unsent, started))
+
+    buffer.push(np.full(150, 0.1, dtype=np.float32), on_recall=on_recall("ended"))
+    buffer.mark(lambda: None)  # the end of a response: its audio plays out
+    buffer.push(np.full(150, 0.2, dtype=np.float32), on_recall=on_recall("playing"))
+    buffer.push(np.full(300, 0.3, dtype=np.float32), on_recall=on_recall("waiting"))
+    for _ in range(2):  # 150 of "ended", 50 of "playing"
+        buffer.next_frame()
+    assert buffer.recall() == 100 + 300
+    assert recalled == [("playing", 100, True), ("waiting", 300, False)]
+    frame, audio = buffer.next_frame()
+    assert not audio and not frame.any()
+    assert buffer.recall() == 0
+
+
+def test_recall_keeps_the_audio_of_a_response_that_has_ended() -> None:
+    buffer = OutputAudioBuffer(frame_samples=100)
+    ended: list[str] = []
+    buffer.push(np.full(250, 0.1, dtype=np.float32))
+    buffer.mark(lambda: ended.append("end"))
+    assert buffer.recall() == 0
+    sent = [buffer.next_frame()[0] for _ in range(3)]
+    assert np.count_nonzero(np.concatenate(sent)) == 250 and ended == ["end"]

@@ -12,6 +12,7 @@ the same port, ``--api_key`` and ``--max_sessions`` for calls, and the ``openai`
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import shutil
 import ssl
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import pydantic
 import pytest
+import soxr
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
@@ -43,6 +45,7 @@ from tests.helpers import two_short_clips
 from tests.realtime_harness import InProcessServer
 from tests.responses_server import Reply, ResponsesServer, Text
 from tests.speech_utils import normalize, word_error_rate
+from tests.turn_harness import synthesize
 
 pytestmark = pytest.mark.models
 
@@ -329,6 +332,57 @@ def test_barge_in_over_webrtc_cuts_the_audio_and_keeps_what_was_heard(
     full = normalize(LONG_REPLY.output[0].text)
     assert heard_words and full[: len(heard_words)] == heard_words and len(heard_words) < len(full), heard
     assert word_error_rate(reference_b, r["transcript_b"]) <= 0.5, (reference_b, r["transcript_b"])
+    server.wait_until_idle()
+
+
+def test_a_backchannel_over_webrtc_pauses_the_voice_and_the_reply_goes_on(
+    server: InProcessServer, provider: ResponsesServer
+) -> None:
+    provider.script(LONG_REPLY)
+    (clip_a, _), _ = CLIP_A, CLIP_B
+    yeah = soxr.resample(synthesize("Yeah."), 16_000, MEDIA_RATE).astype(np.float32)
+
+    async def scenario() -> dict[str, Any]:
+        client = await WebRTCClient.connect(base_url(server))
+        log = client.log
+        try:
+            created = await log.wait_for("session.created", WAIT_S)
+            session = server.session(created["session"]["id"])
+            client.say(clip_48k(clip_a, 2.0))
+            started = await log.wait_for("output_audio_buffer.started", WAIT_S)
+            reply_1 = started["response_id"]
+            await asyncio.sleep(1.0)  # a second of the reply is heard
+            began = await client.sent()  # the backchannel's first sample leaves now
+            client.say(np.concatenate([yeah, np.zeros(round(1.5 * MEDIA_RATE), np.float32)]))
+            done_1 = await log.wait_for(
+                lambda e: e["type"] == "response.done" and e["response"]["id"] == reply_1, WAIT_S, what="reply 1 done"
+            )
+            await asyncio.sleep(0.5)
+            loud = loud_times(client, began - 0.5, began + 3.0)
+            return {
+                "events": list(log.events),
+                "done_1": done_1,
+                "gaps": [(b - a, a - began) for a, b in itertools.pairwise(loud)],
+                "history": session.llm.chat.items(),
+            }
+        finally:
+            await client.close()
+
+    r = run(scenario())
+    types = [e["type"] for e in r["events"]]
+    assert types.count("input_audio_buffer.speech_started") == 1, types  # the backchannel is not reported
+    assert types.count("response.created") == 1, types
+    assert r["done_1"]["response"]["status"] == "completed", r["done_1"]["response"]
+    gap, gap_at = max(r["gaps"])
+    print(f"backchannel over WebRTC: the voice paused {1000 * gap_at:.0f} ms after it began, for {1000 * gap:.0f} ms")
+    assert gap >= 0.3, f"the voice never paused (longest gap {1000 * gap:.0f} ms)"
+    assert gap_at < 0.4, f"the voice paused {1000 * gap_at:.0f} ms after the backchannel began"
+    # the reply went on to its end and history holds all of it, each word once, and no backchannel
+    history = [(i.get("role"), str(i.get("content"))) for i in r["history"] if i.get("type", "message") == "message"]
+    assert [role for role, _ in history] == ["user", "assistant"], history
+    assert normalize(history[1][1]) == normalize(LONG_REPLY.output[0].text), history[1]
+    transcript = next(e for e in r["events"] if e["type"] == "response.output_audio_transcript.done")["transcript"]
+    assert normalize(transcript) == normalize(LONG_REPLY.output[0].text), transcript
     server.wait_until_idle()
 
 

@@ -352,9 +352,9 @@ class TurnRun:
             self.deliveries.append(Delivery(time.monotonic(), item.stamp, start, len(samples) / sink.sample_rate))
             write(samples, item, start)
 
-        def recording_pause(at: float) -> None:
+        def recording_pause(at: float) -> float:
             self.pauses.append(time.monotonic())
-            pause(at)
+            return pause(at)
 
         sink.write = recording_write
         sink.on_pause = recording_pause

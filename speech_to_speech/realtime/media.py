@@ -37,6 +37,7 @@ class _Chunk:
     samples: np.ndarray
     valid: Callable[[], bool] | None
     on_start: Callable[[], None] | None
+    on_recall: Callable[[int, bool], None] | None = None
     offset: int = 0
 
 
@@ -66,6 +67,7 @@ class OutputAudioBuffer:
         samples: np.ndarray,
         valid: Callable[[], bool] | None = None,
         on_start: Callable[[], None] | None = None,
+        on_recall: Callable[[int, bool], None] | None = None,
     ) -> None:
         """Queue float32 mono ``samples`` (at :attr:`rate`) after what is queued.
 
@@ -73,10 +75,34 @@ class OutputAudioBuffer:
             valid: asked before each frame that would send some of them; once it returns False
                 the rest of the chunk is dropped unsent.
             on_start: run when the chunk's first sample is sent.
+            on_recall: run by :meth:`recall` if it takes the chunk back, with the number of its
+                samples not sent and whether its first one was.
         """
         if len(samples):
             with self._lock:
-                self._entries.append(_Chunk(np.asarray(samples, dtype=np.float32), valid, on_start))
+                chunk = _Chunk(np.asarray(samples, dtype=np.float32), valid, on_start, on_recall)
+                self._entries.append(chunk)
+
+    def recall(self) -> int:
+        """Take back what was pushed after the last mark and not sent yet (the assistant pauses).
+
+        Audio before a mark stays: a mark ends a response whose sender no longer holds its
+        audio, so that audio plays out. Each chunk taken back (the unsent rest of the one being
+        sent included) has its ``on_recall`` run, on this thread, after the lock is released.
+
+        Returns:
+            the number of samples taken back.
+        """
+        recalled: list[tuple[_Chunk, int]] = []
+        with self._lock:
+            while self._entries and isinstance(self._entries[-1], _Chunk):
+                chunk = self._entries.pop()
+                assert isinstance(chunk, _Chunk)
+                recalled.append((chunk, len(chunk.samples) - chunk.offset))
+        for chunk, unsent in reversed(recalled):
+            if chunk.on_recall is not None:
+                chunk.on_recall(unsent, chunk.offset > 0)
+        return sum(unsent for _, unsent in recalled)
 
     def mark(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once everything pushed before now has been sent or dropped."""

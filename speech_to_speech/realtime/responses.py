@@ -210,11 +210,40 @@ class ResponseOutput:
                 samples,
                 valid=lambda: self.gate.admits(stamp),
                 on_start=lambda: self._audio_leaves(response, base, text, stamp),
+                on_recall=lambda unsent, started: self._audio_recalled(response, text, unsent, started),
             )
             return
         self._send("response.output_audio.delta", item.stamp, **base, delta=encode_audio(samples))
         if item.text:
             self._send("response.output_audio_transcript.delta", item.stamp, **base, delta=item.text)
+
+    def text_only_turns(self) -> list[int]:
+        """Turns whose response in progress has no audio output."""
+        with self.lock:
+            return [turn for turn, response in self._responses.items() if not response.audio]
+
+    def recall_audio(self) -> bool:
+        """The assistant pauses: take back the audio not sent yet, if the transport can.
+
+        Returns:
+            True with a media transport (its unsent audio is taken back, and the words in it
+            unsaid; the sink delivers it again on resume); False over WebSocket, where audio
+            events already sent play out at the client.
+        """
+        if self.media is None:
+            return False
+        self.media.recall()
+        return True
+
+    def _audio_recalled(self, response: _Response, text: str, unsent: int, started: bool) -> None:
+        """A chunk of ``response``'s audio was taken back unsent (``unsent`` samples of it; its
+        words too, unless its first sample had left)."""
+        response.audio_ms -= 1000 * unsent / self.rate
+        if text and not started:
+            if response.transcript and response.transcript[-1] == text:
+                response.transcript.pop()
+            if response.spoken and response.spoken[-1][1] == text:
+                response.spoken.pop()
 
     def _audio_leaves(self, response: _Response, base: dict[str, Any], text: str, stamp: Stamp) -> None:
         """Media transport: a chunk of ``response``'s audio starts to leave (on the transport's loop)."""

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 import queue
 import threading
@@ -37,7 +38,9 @@ from openai.types.realtime import (
 
 from speech_to_speech.cancel import Stamp
 from speech_to_speech.events import (
+    BargeIn,
     Event,
+    ReplyResumed,
     ResponseStarted,
     SpeechStarted,
     SpeechStopped,
@@ -125,6 +128,8 @@ class RealtimeSession:
         self._input_audio_s: dict[int, float] = {}  # per turn: seconds of audio sent to STT
         self._requested: dict[int, tuple[list[str], dict[str, str] | None]] = {}  # turn -> modalities, metadata
         self._claiming: tuple[list[str], dict[str, str] | None] | None = None  # while a prefetch is claimed
+        #: events of user speech that paused a reply, per turn, held until its words decide
+        self._held: dict[int, list[Event]] = {}
         self._build()
 
     # -- pipeline -----------------------------------------------------------------------
@@ -420,7 +425,9 @@ class RealtimeSession:
     def interrupt(self) -> None:
         """Cancel: bump the generation, flush stale queued work, cut playback (as a barge-in does)."""
         self.gate.scope.cancel()
-        self.pipeline.interrupt(time.monotonic())
+        # a reply none of whose audio was sent leaves no text in history (a text-only one keeps
+        # what was sent: the client showed it)
+        self.pipeline.interrupt(time.monotonic(), report_silent=True, keep=self.output.text_only_turns())
 
     def _discard_prefetch(self, reason: str) -> None:
         if self.llm.prefetch is not None:
@@ -459,6 +466,14 @@ class RealtimeSession:
         self.emit(server_event("conversation.item.done", previous_item_id=previous, item=item))
 
     def _on_event(self, event: Event) -> None:
+        """Pipeline events become protocol events. Speech that paused a reply is not reported
+        until its words decide (:mod:`~speech_to_speech.interruptions`): a client stops playback
+        and truncates the reply on ``speech_started``, so a backchannel or false start, which
+        resumes the reply, is never reported at all; a real interruption is reported then, with
+        every event held for it in order (``speech_started`` at the speech's start offset, then
+        ``speech_stopped``, ``committed`` and the transcription as far as they came)."""
+        if self._hold(event):
+            return
         if isinstance(event, SpeechStarted):
             self._discard_prefetch("speech started")  # the pipeline flushed the reply (barge-in)
             fields = {"audio_start_ms": int(event.audio_ms), "item_id": self._user_item(event.turn_id)}
@@ -490,6 +505,42 @@ class RealtimeSession:
             self.output.tool_call(event)
         elif isinstance(event, StageError):
             self.emit(error_event("server_error", f"{event.stage}: {event.message}", kind="server_error"))
+
+    def _hold(self, event: Event) -> bool:
+        """Hold, release or drop the events of speech that paused a reply; True if ``event`` was held."""
+        with self.lock:  # events come from several stage threads; releases keep their order
+            if isinstance(event, SpeechStarted) and event.pauses_reply:
+                self._held[event.turn_id] = [event]
+                return True
+            if isinstance(event, (SpeechStopped, UserTranscriptDelta, UserTranscript)):
+                held = self._held.get(event.turn_id)
+                if held is not None:
+                    held.append(event)
+                    return True
+                return False
+            if isinstance(event, ReplyResumed):  # not an interruption: none of it is reported
+                dropped, self._held = self._held, {}
+                for turn, events in dropped.items():
+                    self._user_items.pop(turn, None)
+                    logger.info(
+                        "session %s: turn %d did not interrupt (%s), %d events dropped",
+                        self.id,
+                        turn,
+                        event.reason,
+                        len(events),
+                    )
+                return True
+            if isinstance(event, BargeIn):  # a real interruption: report it, as it happened
+                held, self._held = self._held, {}
+                for turn in event.keep_turn_ids:
+                    for item in held.pop(turn, []):
+                        if isinstance(item, SpeechStarted):  # reported as what it now is: a barge-in
+                            item = dataclasses.replace(item, pauses_reply=False, barge_in=True)
+                        self._on_event(item)
+                for turn in held:  # judged earlier, not an interruption
+                    self._user_items.pop(turn, None)
+                return True
+        return False
 
     def _emit_transcription_delta(self, turn_id: int, delta: str) -> None:
         fields = {"item_id": self._user_item(turn_id), "content_index": 0, "delta": delta}

@@ -16,6 +16,8 @@ class OutputTarget(Protocol):
 
     def on_text_delta(self, item: TextOutput) -> None: ...
 
+    def recall_audio(self) -> bool: ...
+
     def on_audio(self, item: AudioOutput, samples: np.ndarray) -> None: ...
 
     def on_response_end(self, end: EndOfResponse) -> None: ...
@@ -42,6 +44,14 @@ class ClientSink(PacedAudioSink):
                 self.target.on_text_delta(item)
             return iter(())
         return super().process(item)
+
+    def on_pause(self, at: float) -> float:
+        """User speech pauses the reply: a media transport takes back its unsent audio, so the
+        assistant stops at ``at``; audio events already sent over WebSocket play out at the
+        client (at most :attr:`lead_s`), so the pause starts where they end."""
+        if self.target.recall_audio():
+            return at
+        return max(at, self.delivered_until())
 
     def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
         self.target.on_audio(item, samples)

@@ -1,0 +1,173 @@
+"""Backchannels and real interruptions through the realtime server, on real speech.
+
+The server's VAD (Silero), STT (faster-whisper) and TTS (Piper) are the embedded models; the
+LLM is scripted (:class:`tests.turn_harness.ScriptedLLM`: a long, known reply to the question),
+so what the client receives and what history holds can be checked exactly. The client talks
+like a microphone (:class:`tests.realtime_harness.Microphone`: real-time audio, silence between
+utterances).
+
+A backchannel ("Yeah.", "Mm hmm.") during the reply pauses its audio and is never reported
+(no ``speech_started``: clients stop playback on it); the reply then goes on, to its end, each
+word sent once, and the backchannel is neither answered nor in history. A real interruption
+("Wait, stop.") is reported and cancels the reply, which history keeps as far as it was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from speech_to_speech.audio_io import load_audio
+from speech_to_speech.prompts import INTERRUPTION_MARKER
+from speech_to_speech.registry import Backend, register
+from speech_to_speech.text import remove_unspeakable
+from speech_to_speech.tts import BaseTTSHandler, TTSConfig
+from tests.realtime_harness import InProcessServer, OverReply, RawClient, audio_arrivals, longest_gap, talk_over_reply
+from tests.speech_utils import normalize
+from tests.turn_harness import LONG_REPLY, QUESTION, speech_only, synthesize
+
+pytestmark = pytest.mark.models
+
+#: the longest the reply's audio may keep arriving after the user starts speaking: the VAD's
+#: onset (two 32 ms chunks), the 100 ms microphone block and a loaded 2-core machine's
+#: scheduling, s (what the client had received then, up to ClientSink.lead_s, plays out)
+STOPS_WITHIN_S = 0.4
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    started = InProcessServer("--llm_backend", "turn-script", "--turn_detection", "silence").start()
+    yield started
+    started.stop()
+    started.wait_until_idle()
+
+
+def converse(server: InProcessServer, during_reply: list[Any], responses: int) -> OverReply:
+    def ended(events: list[dict[str, Any]]) -> bool:
+        return sum(e["type"] == "response.done" for e in events) >= responses
+
+    question = speech_only(load_audio(QUESTION))
+    talk = talk_over_reply(server.ws_url, question, during_reply, ended, server=server)
+    return asyncio.run(asyncio.wait_for(talk, 240))
+
+
+def messages(history: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(str(i["role"]), str(i["content"])) for i in history if i.get("type", "message") == "message"]
+
+
+def test_backchannels_pause_the_reply_which_goes_on_unanswered(server: InProcessServer) -> None:
+    r = converse(server, [synthesize("Yeah."), synthesize("Mm hmm.")], responses=1)
+    types = [e["type"] for e in r.events]
+    # the question is the only speech the client hears of, and the only thing answered
+    assert types.count("input_audio_buffer.speech_started") == 1, types
+    assert types.count("input_audio_buffer.committed") == 1, types
+    assert types.count("response.created") == 1, types
+    done = next(e for e in r.events if e["type"] == "response.done")
+    assert done["response"]["status"] == "completed", done["response"]
+    # the whole reply arrived, each word once
+    sent = "".join(e["delta"] for e in r.events if e["type"] == "response.output_audio_transcript.delta")
+    assert normalize(sent) == normalize(remove_unspeakable(LONG_REPLY)), sent
+    assert len(r.llm_heard) == 1 and "capital" in r.llm_heard[0].lower(), r.llm_heard
+    assert messages(r.history) == [("user", r.llm_heard[0]), ("assistant", LONG_REPLY)]
+    # each backchannel paused the audio as it began, and the audio came back
+    arrivals = audio_arrivals(r.events, r.times, done["response"]["id"])
+    for began, _ in r.said[1:]:
+        gap, gap_start = longest_gap(arrivals, began, began + 2.5)  # before the next one
+        print(f"backchannel: audio paused {1000 * (gap_start - began):.0f} ms after it began, for {1000 * gap:.0f} ms")
+        assert gap >= 0.3, f"the reply's audio never paused (longest gap {1000 * gap:.0f} ms)"
+        assert gap_start - began < STOPS_WITHIN_S, f"paused {1000 * (gap_start - began):.0f} ms after the speech"
+    # nothing was sent twice: the audio is shorter than the time it took to arrive, pauses included
+    assert sum(s for _, s in arrivals) < arrivals[-1][0] - arrivals[0][0] + 0.3
+
+
+def test_a_real_interruption_is_reported_and_cancels_the_reply(server: InProcessServer) -> None:
+    r = converse(server, [synthesize("Wait, stop.")], responses=2)
+    types = [e["type"] for e in r.events]
+    assert types.count("input_audio_buffer.speech_started") == 2, types
+    first, second = [e for e in r.events if e["type"] == "response.done"][:2]
+    assert first["response"]["status"] == "cancelled", first["response"]
+    assert second["response"]["status"] == "completed", second["response"]
+    # reported in order: speech_started, then the cancelled reply's end
+    started = [i for i, t in enumerate(types) if t == "input_audio_buffer.speech_started"][1]
+    assert started < r.events.index(first) < r.events.index(second)
+    began = r.said[1][0]
+    arrivals = audio_arrivals(r.events, r.times, first["response"]["id"])
+    late = [t - began for t, _ in arrivals if t > began + STOPS_WITHIN_S]
+    assert not late, f"reply audio arrived {1000 * max(late):.0f} ms after the user started speaking"
+    # history: the reply as far as it was sent, marked; then the interruption and its answer
+    sent = "".join(
+        e["delta"]
+        for e in r.events
+        if e["type"] == "response.output_audio_transcript.delta" and e["response_id"] == first["response"]["id"]
+    )
+    history = messages(r.history)
+    assert [role for role, _ in history] == ["user", "assistant", "user", "assistant"], history
+    heard = history[1][1]
+    assert heard.endswith(INTERRUPTION_MARKER.strip()), heard
+    heard_words = normalize(heard[: -len(INTERRUPTION_MARKER.strip())])
+    assert heard_words and normalize(sent)[: len(heard_words)] == heard_words, (heard, sent)
+    assert len(heard_words) < len(normalize(LONG_REPLY))
+    assert normalize(history[2][1]) == ["wait", "stop"], history[2]
+
+
+class SlowTTS(BaseTTSHandler):
+    """A voice that takes :data:`SLOW_TTS_S` before any sentence's audio (a tone): a reply's text
+    is all generated long before any of its audio is sent."""
+
+    def load(self) -> None:
+        self.sample_rate = 16_000
+
+    def synthesize(self, text: str) -> Iterator[np.ndarray]:
+        time.sleep(SLOW_TTS_S)
+        yield np.full(8_000, 0.3, dtype=np.float32)
+
+
+#: how long :class:`SlowTTS` takes per sentence, s
+SLOW_TTS_S = 1.5
+register(Backend("slow-tts", "tts", TTSConfig, "tests.test_realtime_backchannel:SlowTTS", summary="test"))
+
+
+def test_a_reply_cancelled_before_any_of_its_audio_leaves_no_text_in_history() -> None:
+    slow = InProcessServer("--llm_backend", "turn-script", "--tts", "slow-tts", "--turn_detection", "silence")
+    slow.start()
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        client = await RawClient.open(slow.ws_url)
+        log = client.log
+        try:
+            created = await log.wait_for("session.created", 60)
+            session = slow.session(created["session"]["id"])
+            question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "The capital?"}]}
+            await client.send({"type": "conversation.item.create", "item": question})
+            await client.send({"type": "response.create"})
+            created_response = await log.wait_for("response.created", 60)
+            # the whole text is generated at once (scripted LLM); the voice takes 1.5 s to speak
+            await log.until(
+                lambda: any(
+                    isinstance(i.get("content"), str) for i in session.llm.chat.items() if i.get("role") == "assistant"
+                ),
+                1.0,
+            )
+            await client.send({"type": "response.cancel", "response_id": created_response["response"]["id"]})
+            await log.wait_for("response.done", 60)
+            await asyncio.sleep(0.3)
+            return list(log.events), session.llm.chat.items()
+        finally:
+            await client.close()
+
+    try:
+        events, history = asyncio.run(asyncio.wait_for(scenario(), 120))
+    finally:
+        slow.stop()
+        slow.wait_until_idle()
+    done = next(e for e in events if e["type"] == "response.done")
+    assert done["response"]["status"] == "cancelled", done["response"]
+    assert not [e for e in events if e["type"] == "response.output_audio.delta"], "audio was sent: nothing to show"
+    assistant = [str(i["content"]) for i in history if i.get("role") == "assistant"]
+    # nothing of the reply was heard: no words of it (at most the interruption marker)
+    assert all(not normalize(text.replace(INTERRUPTION_MARKER.strip(), "")) for text in assistant), assistant

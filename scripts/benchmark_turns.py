@@ -28,6 +28,13 @@
     second."), each 1 s into a fresh reply to the question: cancelled or not, the stop time
     as in (b), and the decision time (speech start to the BargeIn).
 
+(d) **Through the realtime server** (``--skip_server`` leaves it out): (b) and (c) again, the
+    client a microphone over WebSocket (real-time audio), the server's default turn detection.
+    **Cancelled**: ``speech_started`` was reported (clients stop playback on it) or the reply
+    was cancelled; **deltas stop**: from the utterance's first block sent to the last audio
+    delta before the pause (what the client holds then, up to the server's 250 ms lead, plays
+    out); **resume delay**: from its last block sent to the reply's audio coming back.
+
 Goals (issue 10): endpoint delay p50 <= 250 ms on finished turns with false cut-offs <= 10 %;
 no backchannel cancels a reply; a real interruption stops the audio within 100 ms.
 Exit status: 0 when every run worked, 1 otherwise.
@@ -36,6 +43,7 @@ Exit status: 0 when every run worked, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -50,7 +58,9 @@ import numpy as np
 from bench_common import cell, percentile, print_table
 
 from speech_to_speech.audio_io import load_audio
+from speech_to_speech.cli import parse_args
 from speech_to_speech.events import BargeIn, FirstAudio, ReplyPaused, ReplyResumed, ResponseDone, SpeechStarted
+from tests.realtime_harness import EventTimeout
 from tests.turn_harness import (
     LONGER_REPLY,
     QUESTION,
@@ -241,10 +251,87 @@ def print_live(title: str, trials: list[Trial], interruptions: bool) -> None:
     print_table([title, "cancelled", "stop ms", "onset->stop ms", last], rows)
 
 
+# -- (d) through the realtime server ------------------------------------------------------------------
+
+
+def server_trials(server: Any, voice: str, utterances: list[tuple[str, np.ndarray]], fresh_reply: bool) -> list[Trial]:
+    """Say ``utterances`` over WebSocket during the server's reply to the question: all during one
+    reply (backchannels, 3 s apart) or each during a reply of its own (interruptions).
+
+    Trial fields here: ``stop_ms`` is from the utterance's first block sent to the last audio
+    delta before the reply's audio paused (what the client had then, at most ``ClientSink.lead_s``,
+    plays out); ``resume_delay_ms`` from its last block sent to the reply's audio coming back;
+    ``decision_ms`` from its first block to ``speech_started`` (sent only for an interruption).
+    """
+    from tests.realtime_harness import audio_arrivals, longest_gap, talk_over_reply
+
+    ScriptedLLM.long_reply = LONGER_REPLY
+    question = speech_only(load_audio(QUESTION))
+    batches = [utterances] if not fresh_reply else [[u] for u in utterances]
+    trials = []
+    for batch in batches:
+        responses = 2 if fresh_reply else 1
+
+        def ended(events: list[dict[str, Any]], responses: int = responses) -> bool:
+            return sum(e["type"] == "response.done" for e in events) >= responses
+
+        talk = talk_over_reply(server.ws_url, question, [s for _, s in batch], ended, server=server, every_s=3.0)
+        r = asyncio.run(asyncio.wait_for(talk, 120))
+        first = next(e for e in r.events if e["type"] == "response.created")["response"]["id"]
+        arrivals = audio_arrivals(r.events, r.times, first)
+        starts = [t for e, t in zip(r.events, r.times, strict=True) if e["type"] == "input_audio_buffer.speech_started"]
+        done = next(e for e in r.events if e["type"] == "response.done" and e["response"]["id"] == first)
+        for (text, _), (began, ended_at) in zip(batch, r.said[1:], strict=True):
+            gap, gap_start = longest_gap(arrivals, began, began + 2.9)
+            after = [t for t, _ in arrivals if t > gap_start + gap - 0.01]
+            reported = [t for t in starts if began - 0.1 <= t <= began + 2.9]
+            cancelled = bool(reported) or (fresh_reply and done["response"]["status"] == "cancelled")
+            trials.append(
+                Trial(
+                    voice,
+                    text,
+                    cancelled,
+                    (gap_start - began) * 1000 if gap >= 0.2 or cancelled else None,
+                    None,
+                    (after[0] - ended_at) * 1000 if after and not cancelled else None,
+                    (reported[0] - began) * 1000 if reported else None,
+                )
+            )
+    return trials
+
+
+def run_server(voices: list[tuple[str, list[tuple[str, np.ndarray]]]]) -> tuple[list[Trial], list[Trial]]:
+    """(d): the backchannels and interruptions of (b) and (c), over WebSocket to the server in process."""
+    from tests.realtime_harness import InProcessServer
+
+    server = InProcessServer("--llm_backend", "turn-script").start()
+    try:
+        backchannels = [t for voice, said in voices for t in server_trials(server, voice, said, fresh_reply=False)]
+        said = [(text, synthesize(text)) for text in INTERRUPTIONS]
+        return backchannels, server_trials(server, "piper", said, fresh_reply=True)
+    finally:
+        server.stop()
+
+
+def print_server(title: str, trials: list[Trial], interruptions: bool) -> None:
+    rows = [
+        [
+            f"{t.voice}: {t.text}",
+            "yes" if t.cancelled else "no",
+            cell(t.stop_ms),
+            cell(t.decision_ms if interruptions else t.resume_delay_ms),
+        ]
+        for t in trials
+    ]
+    last = "speech_started after ms" if interruptions else "resume delay ms"
+    print_table([title, "cancelled", "deltas stop ms", last], rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--skip_live", action="store_true", help="only (a), the offline endpointing")
     parser.add_argument("--thresholds", default="0.5,0.7,0.9", help="Smart Turn thresholds for (a)")
+    parser.add_argument("--skip_server", action="store_true", help="leave out (d), through the realtime server")
     args = parser.parse_args(argv)
     began = time.monotonic()
     failures = 0
@@ -279,13 +366,29 @@ def main(argv: list[str] | None = None) -> int:
         print_live("(b) backchannel during a reply", backchannels, interruptions=False)
         print()
         print_live("(c) real interruption", interruptions, interruptions=True)
+        if not args.skip_server:
+            try:
+                server_backchannels, server_interruptions = run_server(voices)
+            except (AssertionError, TimeoutError, EventTimeout) as exc:
+                failures += 1
+                server_backchannels, server_interruptions = [], []
+                print(f"(d) the run failed: {exc!r}")
+            print()
+            print_server("(d) server: backchannel", server_backchannels, interruptions=False)
+            print()
+            print_server("(d) server: real interruption", server_interruptions, interruptions=True)
     print()
-    smart = next((r for r in rows if r.name.startswith("smart_turn, threshold 0.5")), rows[-1])
+    default = parse_args([]).turn_threshold
+    smart = next((r for r in rows if r.name.startswith(f"smart_turn, threshold {default:g}")), rows[-1])
     p50 = percentile(smart.finished_delays, 50)
     false_share = 100 * smart.cut_early / max(1, smart.unfinished_n)
     goals = [
-        ["endpoint delay p50, finished (smart_turn 0.5)", "<= 250 ms", f"{cell(p50)} ms"],
-        ["false cut-offs, unfinished (smart_turn 0.5)", "<= 10 %", f"{false_share:.0f} % ({smart.unfinished_n} turns)"],
+        [f"endpoint delay p50, finished (smart_turn {default:g})", "<= 250 ms", f"{cell(p50)} ms"],
+        [
+            f"false cut-offs, unfinished (smart_turn {default:g})",
+            "<= 10 %",
+            f"{false_share:.0f} % ({smart.unfinished_n} turns)",
+        ],
     ]
     if not args.skip_live:
         cancelled = sum(t.cancelled for t in backchannels)
@@ -299,6 +402,26 @@ def main(argv: list[str] | None = None) -> int:
             ["audio stop after the VAD heard speech, max", "<= 100 ms", f"{cell(max(stops) if stops else None)} ms"],
             ["audio stop after the speech's onset, max", "-", f"{cell(max(onsets) if onsets else None)} ms"],
         ]
+        if not args.skip_server:
+            server_cancelled = sum(t.cancelled for t in server_backchannels)
+            server_stops = [t.stop_ms for t in server_interruptions if t.stop_ms is not None]
+            goals += [
+                [
+                    "server: backchannels that cancelled the reply",
+                    "0",
+                    f"{server_cancelled}/{len(server_backchannels)}",
+                ],
+                [
+                    "server: real interruptions that cancelled it",
+                    "all",
+                    f"{sum(t.cancelled for t in server_interruptions)}/{len(server_interruptions)}",
+                ],
+                [
+                    "server: audio deltas stop after the speech began, max",
+                    "-",
+                    f"{cell(max(server_stops) if server_stops else None)} ms",
+                ],
+            ]
     print_table(["goal", "target", "measured"], goals)
     print(f"\n{time.monotonic() - began:.0f} s")
     return 1 if failures else 0

@@ -165,6 +165,8 @@ class Trial:
     onset_stop_ms: float | None
     resume_delay_ms: float | None
     decision_ms: float | None
+    #: what decided: the verdict's reason and the transcript it judged ("" where not known)
+    verdict: str = ""
 
 
 def reply_playing_again(run: TurnRun, seconds: float) -> Any:
@@ -217,6 +219,7 @@ def live_trials(tmp: Path, voice: str, utterances: list[tuple[str, np.ndarray]],
                 None if pause is None else (pause - begin_t - ONSET_MARGIN_S) * 1000,
                 (verdict.time - end_t) * 1000 if isinstance(verdict, ReplyResumed) else None,
                 verdict.decision_ms if isinstance(verdict, BargeIn) else None,
+                f"{verdict.reason} {verdict.text!r}" if verdict is not None else "none",
             )
         )
     return trials
@@ -244,11 +247,12 @@ def print_live(title: str, trials: list[Trial], interruptions: bool) -> None:
             cell(t.stop_ms),
             cell(t.onset_stop_ms),
             cell(t.decision_ms if interruptions else t.resume_delay_ms),
+            t.verdict,
         ]
         for t in trials
     ]
     last = "decision ms" if interruptions else "resume delay ms"
-    print_table([title, "cancelled", "stop ms", "onset->stop ms", last], rows)
+    print_table([title, "cancelled", "stop ms", "onset->stop ms", last, "verdict"], rows)
 
 
 # -- (d) through the realtime server ------------------------------------------------------------------

@@ -38,6 +38,8 @@ _OTHER = {
 #: a hummed or grunted continuer, however Whisper spells it: "Mm", "MMMM", "Mm-mm", "M-H-N",
 #: "hmmm", "uhh", "umm", "ahh" (nasal sounds, or a vowel and h/m, and nothing else)
 _HUMMED = re.compile(r"[mhn]*m[mhn]*|[aeou]+h+|u+m+")
+#: where one acknowledgement of a run ends ("Uh-huh. Mm-hmm.", "okay, right")
+_CLAUSE_END = re.compile(r"[.!?,;…]+")
 #: transcripts Whisper gives for noise, breath or silence (hallucinations), treated as no words
 _NON_SPEECH = {"", "you", "thank you", "thanks for watching", "bye"}
 
@@ -63,13 +65,20 @@ def is_backchannel(text: str, language: str | None = "en") -> bool:
         text: the STT transcript of what the user said during the reply.
         language: ISO 639-1 code of the transcript; English words count in every language.
 
+    A run of acknowledgements, each a sentence or clause of its own, is one too ("Uh-huh.
+    Mm-hmm. Okay. Right.": the user went on acknowledging within one turn, which a turn
+    reopened by each new one transcribes whole).
+
     Returns:
-        True for e.g. "Yeah.", "Mm-hmm.", "uh huh", "Okay, right.", "I see", "MMMM.", "M-H-N."; False for
-        anything with content ("yeah but wait", "stop", "no") and for empty text (see
-        :func:`is_false_start`).
+        True for e.g. "Yeah.", "Mm-hmm.", "uh huh", "Okay, right.", "I see", "MMMM.", "M-H-N.",
+        "Uh-huh. Mm-hmm. Okay. Right."; False for anything with content ("yeah but wait", "stop",
+        "no", "Yeah. Stop.") and for empty text (see :func:`is_false_start`).
     """
     words = _words(text)
-    if not words or len(words) > MAX_BACKCHANNEL_WORDS:
+    if len(words) > MAX_BACKCHANNEL_WORDS:
+        parts = [part for part in _CLAUSE_END.split(text) if _words(part)]
+        return len(parts) > 1 and all(is_backchannel(part, language) for part in parts)
+    if not words:
         return False
     joined = "".join(words)
     if joined in ("uhhuh", "mmhmm", "mhm", "mmhm"):  # "uh huh", "mm hmm" written apart

@@ -54,3 +54,14 @@ def test_false_starts_have_no_words(text: str) -> None:
 def test_words_are_not_a_false_start() -> None:
     assert not is_false_start("Wait.")
     assert not is_false_start("Yeah.")
+
+
+@pytest.mark.parametrize("text", ["Uh-huh. Mm-hmm. Okay. Right.", "Okay, right, yeah, sure.", "Yeah. Yeah. I see."])
+def test_a_run_of_acknowledgements_is_one(text: str) -> None:
+    """What a turn reopened by each new backchannel transcribes (seen in scripts/benchmark_turns.py)."""
+    assert is_backchannel(text)
+
+
+@pytest.mark.parametrize("text", ["Uh-huh. Mm-hmm. Okay. Stop.", "Yeah. Yeah. What time is it?", "okay okay okay okay"])
+def test_a_run_with_content_in_it_is_not(text: str) -> None:
+    assert not is_backchannel(text)

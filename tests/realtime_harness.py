@@ -25,6 +25,7 @@ from speech_to_speech.realtime.client import (
     WIRE_RATE,
     EventLog,
     EventTimeout,
+    PacedSender,
     RealtimeClient,
     append_event,
     decode_pcm16,
@@ -181,52 +182,37 @@ def blocks(samples: np.ndarray, block_s: float = 0.1) -> Iterator[str]:
 
 
 class Microphone:
-    """Sends a client's audio in real time, :data:`MIC_BLOCK_S` blocks: silence, and each
-    utterance given to :meth:`say` when its turn comes.
+    """A client's microphone: :class:`~speech_to_speech.realtime.client.PacedSender` with an open
+    mic (silence between utterances, in real time), noting when each utterance is sent.
 
     Attributes:
-        said: per utterance, (when its first block was sent, when its last one was), monotonic s.
+        said: per utterance, (when it was queued: its first block leaves within one block, when
+            its last block was sent), monotonic s.
     """
 
     def __init__(self, client: RealtimeClient) -> None:
-        self.client = client
+        self.sender = PacedSender(client, open_mic=True)
         self.said: list[list[float]] = []
-        self._pending: list[tuple[int, str]] = []  # (utterance index, payload)
-        self._task: asyncio.Task[None] | None = None
+        self._marks: list[asyncio.Task[None]] = []
 
     def say(self, samples: np.ndarray, rate: int = 16_000) -> None:
-        """Queue an utterance, float32 mono at ``rate`` Hz."""
+        """Queue an utterance, float32 mono at ``rate`` Hz (on the running loop)."""
         wire = soxr.resample(samples, rate, WIRE_RATE).astype(np.float32)
-        index = len(self.said)
-        self.said.append([-1.0, -1.0])
-        self._pending.extend((index, payload) for payload in blocks(float_to_int16(wire), MIC_BLOCK_S))
+        times = [time.monotonic(), -1.0]
+        self.said.append(times)
+        self.sender.say(float_to_int16(wire))
 
-    async def _run(self) -> None:
-        quiet = next(blocks(np.zeros(round(MIC_BLOCK_S * WIRE_RATE), dtype=np.int16), MIC_BLOCK_S))
-        start = time.monotonic()
-        for i in itertools.count():
-            await asyncio.sleep(max(0.0, start + i * MIC_BLOCK_S - time.monotonic()))
-            payload = quiet
-            if self._pending:
-                index, payload = self._pending.pop(0)
-                times = self.said[index]
-                times[0] = times[0] if times[0] >= 0 else time.monotonic()
-                times[1] = time.monotonic()
-            await self.client.send(append_event(payload))
+        async def sent() -> None:
+            await self.sender.drained()
+            times[1] = time.monotonic()
 
-    def start(self) -> None:
-        """Start sending (on the running loop)."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._marks.append(asyncio.get_running_loop().create_task(sent()))
 
     async def stop(self) -> None:
         """Stop sending."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-
-#: the microphone's block, s
-MIC_BLOCK_S = 0.1
+        for task in self._marks:
+            task.cancel()
+        await self.sender.stop()
 
 
 @dataclass
@@ -269,7 +255,6 @@ async def talk_over_reply(
         created = await log.wait_for("session.created", timeout_s)
         await client.send({"type": "session.update", "session": {"type": "realtime"}})
         await log.wait_for("session.updated", timeout_s)
-        mic.start()
         mic.say(question)
         first = await log.wait_for("response.output_audio.delta", timeout_s)
         first_at = log.times[log.events.index(first)]

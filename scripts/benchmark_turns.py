@@ -239,20 +239,21 @@ def _long_reply_turns(run: TurnRun) -> set[int]:
     return {e.turn_id for e in run.log.of(SpeechStarted) if not e.pauses_reply and e.revision == 0}
 
 
-def print_live(title: str, trials: list[Trial], interruptions: bool) -> None:
-    rows = [
-        [
-            f"{t.voice}: {t.text}",
-            "yes" if t.cancelled else "no",
-            cell(t.stop_ms),
-            cell(t.onset_stop_ms),
-            cell(t.decision_ms if interruptions else t.resume_delay_ms),
-            t.verdict,
-        ]
-        for t in trials
-    ]
+def print_live(title: str, trials: list[Trial], interruptions: bool, server: bool = False) -> None:
+    """One table row per trial; ``server``: the columns of (d) (no sink times, no verdict text)."""
     last = "decision ms" if interruptions else "resume delay ms"
-    print_table([title, "cancelled", "stop ms", "onset->stop ms", last, "verdict"], rows)
+    if server:
+        last = "speech_started after ms" if interruptions else last
+    header = [title, "cancelled", "deltas stop ms" if server else "stop ms"]
+    header += [last] if server else ["onset->stop ms", last, "verdict"]
+    rows = []
+    for t in trials:
+        row = [f"{t.voice}: {t.text}", "yes" if t.cancelled else "no", cell(t.stop_ms)]
+        if not server:
+            row.append(cell(t.onset_stop_ms))
+        row.append(cell(t.decision_ms if interruptions else t.resume_delay_ms))
+        rows.append(row if server else [*row, t.verdict])
+    print_table(header, rows)
 
 
 # -- (d) through the realtime server ------------------------------------------------------------------
@@ -317,20 +318,6 @@ def run_server(voices: list[tuple[str, list[tuple[str, np.ndarray]]]]) -> tuple[
         server.stop()
 
 
-def print_server(title: str, trials: list[Trial], interruptions: bool) -> None:
-    rows = [
-        [
-            f"{t.voice}: {t.text}",
-            "yes" if t.cancelled else "no",
-            cell(t.stop_ms),
-            cell(t.decision_ms if interruptions else t.resume_delay_ms),
-        ]
-        for t in trials
-    ]
-    last = "speech_started after ms" if interruptions else "resume delay ms"
-    print_table([title, "cancelled", "deltas stop ms", last], rows)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--skip_live", action="store_true", help="only (a), the offline endpointing")
@@ -378,9 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                 server_backchannels, server_interruptions = [], []
                 print(f"(d) the run failed: {exc!r}")
             print()
-            print_server("(d) server: backchannel", server_backchannels, interruptions=False)
+            print_live("(d) server: backchannel", server_backchannels, interruptions=False, server=True)
             print()
-            print_server("(d) server: real interruption", server_interruptions, interruptions=True)
+            print_live("(d) server: real interruption", server_interruptions, interruptions=True, server=True)
     print()
     default = parse_args([]).turn_threshold
     smart = next((r for r in rows if r.name.startswith(f"smart_turn, threshold {default:g}")), rows[-1])

@@ -285,9 +285,7 @@ def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pip
     holds = {"llm_out": PauseUntilConfirmed, "audio_out": HoldUntilConfirmed}
     # speech during a reply (audio input only) pauses it; its transcript is judged on its way to the LLM
     replies = None if args.input_text else RepliesInFlight(bus)
-    interruptions = None
-    if replies is not None and args.interrupt_response and args.resume_within_ms > 0:
-        interruptions = Interruptions(bus, replies, args.resume_within_ms)
+    interruptions = None if replies is None else _interruptions(args, bus, replies)
 
     def link(name: str) -> StageQueue:
         if name == "transcripts" and interruptions is not None:
@@ -380,9 +378,7 @@ def build_session_pipeline(
     # replies in flight: one cancelled before any of its audio was sent leaves no text in history;
     # speech during one pauses it and its words decide (as in local mode), unless turned off
     replies_in_flight = RepliesInFlight(bus)
-    interruptions = None
-    if args.interrupt_response and args.resume_within_ms > 0:
-        interruptions = Interruptions(bus, replies_in_flight, args.resume_within_ms)
+    interruptions = _interruptions(args, bus, replies_in_flight)
     q = {kind: StageQueue(size) for kind, size in SESSION_QUEUE_SIZES.items()}
     if interruptions is not None:
         q["transcripts"] = JudgedTranscripts(interruptions, SESSION_QUEUE_SIZES["transcripts"])
@@ -392,11 +388,20 @@ def build_session_pipeline(
     replies[0].prefetch = PrefetchCoordinator()  # type: ignore[attr-defined]
     vad.interruptions = interruptions  # type: ignore[attr-defined]
     stages = [vad, stt, *replies, make_sink(q["audio_out"], common)]
+    queues = list(q.values())
     pipeline = Pipeline(
-        stages, stop, gate, bus, StreamClock(), list(q.values()), None, replies_in_flight, interruptions, q
+        stages, stop, gate, bus, StreamClock(), queues, replies=replies_in_flight, interruptions=interruptions, inputs=q
     )
     bus.subscribe(pipeline.on_event)
     return pipeline
+
+
+def _interruptions(args: argparse.Namespace, bus: EventBus, replies: RepliesInFlight) -> Interruptions | None:
+    """The judge of speech during a reply (None: ``--interrupt_response false`` or
+    ``--resume_within_ms 0``, where speech cancels the reply at once)."""
+    if args.interrupt_response and args.resume_within_ms > 0:
+        return Interruptions(bus, replies, args.resume_within_ms)
+    return None
 
 
 def _backend_stage(

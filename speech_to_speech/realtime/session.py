@@ -508,37 +508,30 @@ class RealtimeSession:
 
     def _hold(self, event: Event) -> bool:
         """Hold, release or drop the events of speech that paused a reply; True if ``event`` was held."""
+        if not isinstance(
+            event, (SpeechStarted, SpeechStopped, UserTranscriptDelta, UserTranscript, ReplyResumed, BargeIn)
+        ):
+            return False
         with self.lock:  # events come from several stage threads; releases keep their order
             if isinstance(event, SpeechStarted) and event.pauses_reply:
                 self._held[event.turn_id] = [event]
                 return True
-            if isinstance(event, (SpeechStopped, UserTranscriptDelta, UserTranscript)):
-                held = self._held.get(event.turn_id)
-                if held is not None:
-                    held.append(event)
-                    return True
-                return False
             if isinstance(event, ReplyResumed):  # not an interruption: none of it is reported
                 dropped, self._held = self._held, {}
-                for turn, events in dropped.items():
-                    self._user_items.pop(turn, None)
-                    logger.info(
-                        "session %s: turn %d did not interrupt (%s), %d events dropped",
-                        self.id,
-                        turn,
-                        event.reason,
-                        len(events),
-                    )
+                for turn in dropped:
+                    logger.info("session %s: turn %d did not interrupt (%s)", self.id, turn, event.reason)
                 return True
             if isinstance(event, BargeIn):  # a real interruption: report it, as it happened
-                held, self._held = self._held, {}
+                held, self._held = self._held, {}  # the turns not kept were judged earlier: dropped
                 for turn in event.keep_turn_ids:
-                    for item in held.pop(turn, []):
+                    for item in held.get(turn, []):
                         if isinstance(item, SpeechStarted):  # reported as what it now is: a barge-in
                             item = dataclasses.replace(item, pauses_reply=False, barge_in=True)
                         self._on_event(item)
-                for turn in held:  # judged earlier, not an interruption
-                    self._user_items.pop(turn, None)
+                return True
+            held_events = self._held.get(event.turn_id)
+            if held_events is not None and not isinstance(event, SpeechStarted):
+                held_events.append(event)
                 return True
         return False
 

@@ -389,6 +389,13 @@ non_lists = json_values.filter(lambda v: not isinstance(v, list))
 wrong_objects = json_values.filter(lambda v: v is not None and not isinstance(v, dict))
 
 
+def not_null(value: Any) -> bool:
+    """Not null: a null optional field is "not given" in the protocol's types (session.update
+    ``instructions``, ``tools``, ``tool_choice``; response.create ``output_modalities``), so it
+    is accepted, not refused."""
+    return value is not None
+
+
 def _is_invalid_base64(text: str) -> bool:
     try:
         base64.b64decode(text, validate=True)
@@ -407,12 +414,12 @@ bad_modalities = (
 
 wrong_fields: st.SearchStrategy[dict[str, Any]] = st.one_of(
     st.builds(lambda v: {"type": "session.update", "session": v}, non_objects),
-    st.builds(lambda v: {"type": "session.update", "session": {"instructions": v}}, non_strings),
+    st.builds(lambda v: {"type": "session.update", "session": {"instructions": v}}, non_strings.filter(not_null)),
     st.builds(lambda v: {"type": "session.update", "session": {"output_modalities": v}}, bad_modalities),
-    st.builds(lambda v: {"type": "session.update", "session": {"tools": v}}, non_lists),
+    st.builds(lambda v: {"type": "session.update", "session": {"tools": v}}, non_lists.filter(not_null)),
     st.builds(
         lambda v: {"type": "session.update", "session": {"tool_choice": v}},
-        json_values.filter(lambda v: v not in ("auto", "none", "required")),
+        json_values.filter(lambda v: not_null(v) and v not in ("auto", "none", "required")),
     ),
     st.builds(lambda v: {"type": "session.update", "session": {"audio": v}}, wrong_objects),
     st.builds(
@@ -448,9 +455,11 @@ wrong_fields: st.SearchStrategy[dict[str, Any]] = st.one_of(
     st.builds(lambda v: {"type": "response.create", "response": v}, wrong_objects),
     st.builds(
         lambda v: {"type": "response.create", "response": {"instructions": v}},
-        non_strings.filter(lambda v: v is not None),
+        non_strings.filter(not_null),
     ),
-    st.builds(lambda v: {"type": "response.create", "response": {"output_modalities": v}}, bad_modalities),
+    st.builds(
+        lambda v: {"type": "response.create", "response": {"output_modalities": v}}, bad_modalities.filter(not_null)
+    ),
 )
 unknown_types = st.fixed_dictionaries(
     {"type": st.text(TEXT, max_size=30).filter(lambda t: t not in KNOWN_TYPES) | non_strings},

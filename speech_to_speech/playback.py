@@ -177,9 +177,11 @@ class PacedAudioSink(BaseHandler):
         base keeps the audio and delivers it again on resume).
 
         Returns:
-            when the output really stops (monotonic s): ``at`` (the default) for a sink that can
-            take back what it delivered ahead; a later time for one that cannot (audio already
-            sent to a remote player plays out: it then counts as heard and is not held).
+            when the output really stops (monotonic s), what the pause cuts at: ``at`` (the
+            default) for a sink that stops on the clock; a later time for one that cannot take
+            back what it delivered (audio already sent to a remote player plays out: it counts
+            as heard and is not held); the end of what it really played, for one whose output
+            keeps its own pace (a media track).
         """
         return at
 
@@ -264,7 +266,7 @@ class PacedAudioSink(BaseHandler):
         """Stop at ``at``; hold the rest (the unplayed part of the chunk playing then included)."""
         if self.paused:
             return
-        at = max(at, self.on_pause(at))
+        at = self.on_pause(at)
         self._paused_at = at
         held: list[tuple[Any, ...]] = []
         with self._lock:

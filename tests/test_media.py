@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from speech_to_speech.realtime.media import MEDIA_RATE, OutputAudioBuffer
 
@@ -100,3 +101,26 @@ def test_recall_keeps_the_audio_of_a_response_that_has_ended() -> None:
     assert buffer.recall() == 0
     sent = [buffer.next_frame()[0] for _ in range(3)]
     assert np.count_nonzero(np.concatenate(sent)) == 250 and ended == ["end"]
+
+
+def test_a_response_taken_back_unsays_exactly_the_words_not_sent() -> None:
+    from speech_to_speech.cancel import Gate
+    from speech_to_speech.messages import AudioOutput
+    from speech_to_speech.realtime.conversation import Conversation
+    from speech_to_speech.realtime.responses import ResponseOutput
+
+    buffer, gate = OutputAudioBuffer(frame_samples=100), Gate()
+    output = ResponseOutput(lambda event, stamp=None: None, gate, Conversation(), lambda: None, buffer)
+    stamp = gate.new_turn_stamp()
+    output.start(stamp.turn_id, ["audio"])
+    for word in ("Once", " upon", " a", " time"):
+        samples = np.full(150, 0.2, dtype=np.float32)
+        output.on_audio(AudioOutput(stamp, samples, buffer.rate, word), samples)
+    for _ in range(2):  # "Once" sent, 50 samples of " upon"
+        buffer.next_frame()
+    assert buffer.recall() == 100 + 150 + 150
+    response = output._responses[stamp.turn_id]
+    # " upon" had started: its words stay, once; " a" and " time" are unsaid
+    assert response.transcript == ["Once", " upon"]
+    assert [words for _, words in response.spoken] == ["Once", " upon"]
+    assert response.audio_ms == pytest.approx(1000 * 200 / buffer.rate)

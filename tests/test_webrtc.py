@@ -388,6 +388,7 @@ def test_a_backchannel_over_webrtc_pauses_the_voice_and_the_reply_goes_on(
 
 def test_openai_sdk_places_a_call_with_a_session_config(server: InProcessServer, provider: ResponsesServer) -> None:
     """``client.realtime.calls.create(sdp=..., session=...)`` (multipart) and ``calls.hangup``."""
+    server.wait_until_idle()  # no call of an earlier test (one that failed) is still open
     provider.script(SHORT_REPLY)
 
     async def scenario() -> dict[str, Any]:

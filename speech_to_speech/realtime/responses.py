@@ -200,6 +200,7 @@ class ResponseOutput:
             return
         self._announce_message(response)
         base = self._part_base(response)
+        said = (len(response.transcript), len(response.spoken))  # where this chunk's words go
         if item.text:
             response.transcript.append(item.text)
             response.spoken.append((response.audio_ms, item.text))
@@ -210,7 +211,7 @@ class ResponseOutput:
                 samples,
                 valid=lambda: self.gate.admits(stamp),
                 on_start=lambda: self._audio_leaves(response, base, text, stamp),
-                on_recall=lambda unsent, started: self._audio_recalled(response, text, unsent, started),
+                on_recall=lambda unsent, started: self._audio_recalled(response, said, unsent, started),
             )
             return
         self._send("response.output_audio.delta", item.stamp, **base, delta=encode_audio(samples))
@@ -222,28 +223,26 @@ class ResponseOutput:
         with self.lock:
             return [turn for turn, response in self._responses.items() if not response.audio]
 
-    def recall_audio(self) -> bool:
+    def recall_audio(self) -> int | None:
         """The assistant pauses: take back the audio not sent yet, if the transport can.
 
         Returns:
-            True with a media transport (its unsent audio is taken back, and the words in it
-            unsaid; the sink delivers it again on resume); False over WebSocket, where audio
-            events already sent play out at the client.
+            with a media transport, how many samples (at :attr:`rate`) were taken back, the
+            words in them unsaid (the sink delivers them again on resume); None over WebSocket,
+            where audio events already sent play out at the client.
         """
         if self.media is None:
-            return False
-        self.media.recall()
-        return True
+            return None
+        return self.media.recall()
 
-    def _audio_recalled(self, response: _Response, text: str, unsent: int, started: bool) -> None:
-        """A chunk of ``response``'s audio was taken back unsent (``unsent`` samples of it; its
-        words too, unless its first sample had left)."""
+    def _audio_recalled(self, response: _Response, said: tuple[int, int], unsent: int, started: bool) -> None:
+        """A chunk of ``response``'s audio was taken back: ``unsent`` samples of it, and its words
+        (from ``said``, their place in the transcript and in ``spoken``) unless its first sample
+        had left. Taken-back chunks are the tail, so what follows its words goes too."""
         response.audio_ms -= 1000 * unsent / self.rate
-        if text and not started:
-            if response.transcript and response.transcript[-1] == text:
-                response.transcript.pop()
-            if response.spoken and response.spoken[-1][1] == text:
-                response.spoken.pop()
+        if not started:
+            del response.transcript[said[0] :]
+            del response.spoken[said[1] :]
 
     def _audio_leaves(self, response: _Response, base: dict[str, Any], text: str, stamp: Stamp) -> None:
         """Media transport: a chunk of ``response``'s audio starts to leave (on the transport's loop)."""

@@ -16,7 +16,7 @@ class OutputTarget(Protocol):
 
     def on_text_delta(self, item: TextOutput) -> None: ...
 
-    def recall_audio(self) -> bool: ...
+    def recall_audio(self) -> int | None: ...
 
     def on_audio(self, item: AudioOutput, samples: np.ndarray) -> None: ...
 
@@ -46,12 +46,15 @@ class ClientSink(PacedAudioSink):
         return super().process(item)
 
     def on_pause(self, at: float) -> float:
-        """User speech pauses the reply: a media transport takes back its unsent audio, so the
-        assistant stops at ``at``; audio events already sent over WebSocket play out at the
-        client (at most :attr:`lead_s`), so the pause starts where they end."""
-        if self.target.recall_audio():
-            return at
-        return max(at, self.delivered_until())
+        """User speech pauses the reply. A media transport takes back its unsent audio: output
+        stopped where what it sent ends (the delivered audio is back to back, so that is the
+        delivered end less what was taken back; earlier or later than ``at`` by the transport's
+        own pace). Audio events already sent over WebSocket play out at the client (at most
+        :attr:`lead_s`), so the pause starts where they end."""
+        recalled = self.target.recall_audio()
+        if not recalled:  # nothing could be taken back: what was delivered plays out
+            return max(at, self.delivered_until())
+        return self.delivered_until() - recalled / self.sample_rate
 
     def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
         self.target.on_audio(item, samples)

@@ -286,7 +286,7 @@ class BenchClient(RealtimeClient):
                 raise BenchmarkError(f"{name}: {exc}") from None
             try:
                 first = await asyncio.wait_for(client.recv(), SESSION_TIMEOUT_S)
-            except (ConnectionClosed, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ConnectionClosed) as exc:
                 await client.close()
                 raise BenchmarkError(f"{name}: no session.created: {exc!r}") from None
             if first.get("type") == "session.created":

@@ -243,7 +243,7 @@ async def measure(args: argparse.Namespace, base_url: str, ws_url: str, clips: l
             for transport in order:
                 try:
                     turn = await turns[transport](clip)
-                except (ConnectError, TimeoutError, asyncio.TimeoutError, OSError) as exc:
+                except (ConnectError, TimeoutError, OSError) as exc:
                     turn = Turn(transport, clip.name, error=one_line(exc))
                 results.turns.append(turn)
                 shown = f"{turn.v2v_ms:.0f} ms" if turn.v2v_ms is not None else f"failed: {turn.error}"

@@ -60,12 +60,12 @@ def get_time(timezone: str = "UTC") -> dict[str, Any]:
         return {"error": "timezone must be a non-empty IANA timezone name such as 'Europe/Paris'"}
     name = timezone.strip()
     try:
-        zone: dt.tzinfo = dt.timezone.utc if name.upper() == "UTC" else ZoneInfo(name)
+        zone: dt.tzinfo = dt.UTC if name.upper() == "UTC" else ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):  # ValueError: malformed keys such as '../etc'
         return {"error": f"unknown timezone: {name!r}"}
     now = dt.datetime.now(zone)
     return {
-        "timezone": "UTC" if zone is dt.timezone.utc else name,
+        "timezone": "UTC" if zone is dt.UTC else name,
         "iso": now.isoformat(timespec="seconds"),
         "time": now.strftime("%H:%M"),
         "date": now.strftime("%A %d %B %Y"),

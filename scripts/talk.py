@@ -584,7 +584,7 @@ async def call_tool(tools: ToolModule, name: str, arguments: str, timeout_s: flo
         result = await asyncio.wait_for(pending, timeout_s)
         if inspect.isawaitable(result):  # a sync function returning an awaitable
             result = await asyncio.wait_for(result, timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return _error_output(f"tool {name} timed out after {timeout_s:g} s")
     except asyncio.CancelledError:
         raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -166,6 +167,9 @@ def fail(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the process exit status (0, 1 or 2, see the module doc)."""
+    # a native crash (an engine built for another CPU, say) prints every thread's Python stack
+    # (which stage, which call) instead of a bare "Segmentation fault"; README "Troubleshooting"
+    faulthandler.enable()
     args = parse_args(argv)
     if args.print_system_prompt:
         from speech_to_speech.prompts import build_voice_system_prompt

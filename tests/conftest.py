@@ -4,15 +4,44 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator
+from functools import cache
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
 
+from handlers.llm.engine_check import EngineCheck, check_engine, reinstall_command
 from tests.helpers import REPO_ROOT, load_module
 
 if TYPE_CHECKING:
     from tests.realtime_harness import InProcessServer
+
+#: the test that reports an engine which cannot run here (every other test is skipped then)
+ENGINE_TEST = "tests/test_engine.py"
+
+
+@cache
+def engine_check() -> EngineCheck:
+    """The installed llama.cpp engine's first multi-token evaluation, run once in a child process."""
+    return check_engine()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """If the llama.cpp engine crashes here, fail one named test and skip the rest.
+
+    Many tests load the engine in this process; a native crash there (a release that does not run
+    on this CPU) would kill pytest with a bare "Segmentation fault". The child-process check runs
+    first instead: :data:`ENGINE_TEST` fails with the signal and version, everything else is skipped
+    with the same reason.
+    """
+    result = engine_check()
+    if result.ok:
+        return
+    reason = f"{result.summary()}; reinstall it: {reinstall_command()}"
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if not item.nodeid.startswith(ENGINE_TEST):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import importlib.util
 import re
 import shutil
 import sys
+import tomllib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -32,11 +33,6 @@ from pathlib import Path
 import pytest
 
 from speech_to_speech.registry import REGISTRY
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # tomli would be one more dependency, for a check that one Python version is enough for
-    pytest.skip("reading pyproject.toml needs tomllib (Python 3.11+)", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "pyproject.toml"

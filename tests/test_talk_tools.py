@@ -254,7 +254,7 @@ def test_command_line_subprocess(tmp_path: Path) -> None:
             )
             try:
                 stdout, _ = await asyncio.wait_for(process.communicate(), RUN_TIMEOUT_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 process.kill()
                 await process.wait()
                 raise

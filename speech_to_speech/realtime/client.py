@@ -324,7 +324,7 @@ class RealtimeClient:
             ws = await connect(
                 url, additional_headers=sent or None, max_size=MAX_MESSAGE_BYTES, open_timeout=open_timeout_s
             )
-        except (OSError, TimeoutError, asyncio.TimeoutError, WebSocketException) as exc:
+        except (OSError, TimeoutError, WebSocketException) as exc:
             raise ConnectError(f"cannot connect to {url}: {exc}") from exc
         return cls(ws, **kwargs)
 

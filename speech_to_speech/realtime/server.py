@@ -241,7 +241,7 @@ class RealtimeServer:
         server.close()
         try:
             await asyncio.wait_for(asyncio.shield(server.wait_closed()), SHUTDOWN_GRACE_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             tasks = [task for task in handler_tasks(server) if not task.done()]
             logger.warning("%d connection(s) still open after %.1f s; dropping them", len(tasks), SHUTDOWN_GRACE_S)
             for task in tasks:

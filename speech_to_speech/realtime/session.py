@@ -40,6 +40,7 @@ from speech_to_speech.cancel import Stamp
 from speech_to_speech.events import (
     BargeIn,
     Event,
+    EventBus,
     ReplyResumed,
     ResponseStarted,
     SpeechStarted,
@@ -144,15 +145,22 @@ class RealtimeSession:
             rate = self.media.rate if self.media is not None else WIRE_RATE  # the sink resamples the TTS once, to it
             return ClientSink(input_queue=queue, target=self.output, sample_rate=rate, name=f"{self.id}:sink", **common)
 
-        self.pipeline = build_session_pipeline(self.args, make_sink, self.id)
-        self.gate, self.bus, self.stop_event = self.pipeline.gate, self.pipeline.bus, self.pipeline.stop_event
+        # The user's speech is reported to the client before the pipeline acts on it: subscribed
+        # after the pipeline, a barge-in's cancelled response.done (sent by the sink's thread once
+        # the pipeline cut the reply) could go out before the speech_started it releases, and
+        # clients truncate the reply on speech_started. The response's events are reported after
+        # the stages have acted (a tool call is in history before the client hears of it).
+        self.bus = EventBus()
+        self.bus.subscribe(self._on_speech_event)
+        self.pipeline = build_session_pipeline(self.args, make_sink, self.id, bus=self.bus)
+        self.gate, self.stop_event = self.pipeline.gate, self.pipeline.stop_event
         #: where the client's audio and requests enter: ``"audio"`` (the VAD's queue), ``"segments"`` (the STT's)
         self.inputs = self.pipeline.inputs
         self.stages: list[BaseHandler] = self.pipeline.stages
         self.vad: BaseVADHandler = self.stages[0]  # type: ignore[assignment]
         self.llm: BaseLLMHandler = self.stages[2]  # type: ignore[assignment]
         self.sink: ClientSink = self.stages[-1]  # type: ignore[assignment]
-        self.bus.subscribe(self._on_event)
+        self.bus.subscribe(self._on_response_event)
 
     def start(self, stop: threading.Event | None = None) -> None:
         """Start every stage and wait until they are ready (models are shared, so this is quick).
@@ -465,8 +473,8 @@ class RealtimeSession:
         self.emit(server_event("conversation.item.added", previous_item_id=previous, item=item))
         self.emit(server_event("conversation.item.done", previous_item_id=previous, item=item))
 
-    def _on_event(self, event: Event) -> None:
-        """Pipeline events become protocol events. Speech that paused a reply is not reported
+    def _on_speech_event(self, event: Event) -> None:
+        """The user's speech becomes protocol events. Speech that paused a reply is not reported
         until its words decide (:mod:`~speech_to_speech.interruptions`): a client stops playback
         and truncates the reply on ``speech_started``, so a backchannel or false start, which
         resumes the reply, is never reported at all; a real interruption is reported then, with
@@ -495,7 +503,10 @@ class RealtimeSession:
             fields = {"item_id": item_id, "content_index": 0, "transcript": event.text}
             usage = {"type": "duration", "seconds": seconds}
             self.emit(server_event("conversation.item.input_audio_transcription.completed", **fields, usage=usage))
-        elif isinstance(event, ResponseStarted):
+
+    def _on_response_event(self, event: Event) -> None:
+        """The response's pipeline events become protocol events (after the stages acted on them)."""
+        if isinstance(event, ResponseStarted):
             requested = self._requested.pop(event.turn_id, None)
             if requested is None and self._claiming is not None and threading.get_ident() == self._loop_thread:
                 requested = self._claiming  # a follow-up generated ahead, claimed just now
@@ -527,7 +538,7 @@ class RealtimeSession:
                     for item in held.get(turn, []):
                         if isinstance(item, SpeechStarted):  # reported as what it now is: a barge-in
                             item = dataclasses.replace(item, pauses_reply=False, barge_in=True)
-                        self._on_event(item)
+                        self._on_speech_event(item)
                 return True
             held_events = self._held.get(event.turn_id)
             if held_events is not None and not isinstance(event, SpeechStarted):

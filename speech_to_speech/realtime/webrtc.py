@@ -273,7 +273,7 @@ class WebRTCCall:
     async def _watch_connect(self) -> None:
         try:
             await asyncio.wait_for(self.connected.wait(), CONNECT_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._end(f"the peer did not connect within {CONNECT_TIMEOUT_S:g} s")
 
     async def _read_audio(self, track: MediaStreamTrack) -> None:

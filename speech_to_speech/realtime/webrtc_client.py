@@ -138,7 +138,7 @@ class WebRTCClient:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
             try:
                 await asyncio.wait_for(opened.wait(), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise CallError(f"the data channel did not open within {timeout_s:g} s") from None
         except BaseException:
             await client.close()

@@ -171,3 +171,33 @@ def test_a_reply_cancelled_before_any_of_its_audio_leaves_no_text_in_history() -
     assistant = [str(i["content"]) for i in history if i.get("role") == "assistant"]
     # nothing of the reply was heard: no words of it (at most the interruption marker)
     assert all(not normalize(text.replace(INTERRUPTION_MARKER.strip(), "")) for text in assistant), assistant
+
+
+def test_a_barge_in_is_reported_before_the_pipeline_cancels_the_reply() -> None:
+    """The held ``speech_started`` goes out before the pipeline acts on the barge-in: the sink's
+    thread sends the cancelled ``response.done`` once the reply is cut, and clients truncate the
+    reply on ``speech_started``, so the order must not depend on which thread is faster."""
+    from speech_to_speech.cli import parse_args
+    from speech_to_speech.events import BargeIn, SpeechStarted
+    from speech_to_speech.realtime.session import RealtimeSession
+
+    loop = asyncio.new_event_loop()  # the session's loop thread is this one: events are sent at once
+    sent: list[dict[str, Any]] = []
+    session = RealtimeSession(parse_args(["--mode", "server", "--port", "0"]), loop, sent.append)
+    sent_when_cancelled: list[list[str]] = []
+    cancel = session.gate.cancel
+
+    def recording_cancel(*args: Any, **kwargs: Any) -> Any:
+        sent_when_cancelled.append([event["type"] for event in sent])
+        return cancel(*args, **kwargs)
+
+    session.gate.cancel = recording_cancel  # type: ignore[method-assign]
+    try:
+        session.bus.publish(SpeechStarted(1, audio_ms=1200.0, pauses_reply=True))
+        assert sent == []  # held: it may be a backchannel
+        session.bus.publish(BargeIn(1, reason="words", text="wait, stop", at=time.monotonic(), keep_turn_ids=[1]))
+        assert sent_when_cancelled == [["input_audio_buffer.speech_started"]]
+        assert sent[0]["audio_start_ms"] == 1200
+    finally:
+        session.close()
+        loop.close()

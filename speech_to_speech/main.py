@@ -165,11 +165,19 @@ def fail(message: str) -> int:
     return EXIT_FAILURE
 
 
+def _report_native_crashes() -> None:
+    """On a native crash (an engine built for another CPU, say), print every thread's Python stack
+    (which stage, which call) instead of a bare "Segmentation fault" (README "Troubleshooting").
+    Written to the process's real stderr, whatever ``sys.stderr`` was replaced with."""
+    stream = sys.__stderr__
+    if stream is not None and not faulthandler.is_enabled():
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # no file descriptor to write to
+            faulthandler.enable(file=stream, all_threads=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the process exit status (0, 1 or 2, see the module doc)."""
-    # a native crash (an engine built for another CPU, say) prints every thread's Python stack
-    # (which stage, which call) instead of a bare "Segmentation fault"; README "Troubleshooting"
-    faulthandler.enable()
+    _report_native_crashes()
     args = parse_args(argv)
     if args.print_system_prompt:
         from speech_to_speech.prompts import build_voice_system_prompt

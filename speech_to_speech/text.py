@@ -9,13 +9,15 @@ know, is split on as well.
 
 Splitting happens here, once: :class:`SentenceStreamer` decides every chunk
 the TTS stage receives (the TTS stage speaks each chunk as it comes and never
-re-splits it). Only the first chunk of a reply may end before a sentence does,
-at a clause boundary (see :func:`first_clause_end`), so that speech starts as
-early as possible.
+re-splits it). Only the first chunk of a reply may end before a sentence does
+(see :func:`first_chunk_end`), so that speech starts as early as possible: at
+the first clause boundary, or else at a word gap after about five words, never
+inside a date, number, time, abbreviation or name.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -30,7 +32,7 @@ _ABBREVIATIONS = """
     mr mrs ms mx dr prof sr jr st mt ft rev sgt capt lt cmdr gov sen pres
     u.s u.k u.n e.u a.m p.m e.g i.e etc vs approx dept inc ltd corp
     jan feb apr jun jul aug sep sept oct nov dec tue tues thu thur thurs fri
-    ave blvd hwy apt p.s ph.d m.d b.a m.a d.c
+    ave blvd hwy apt p.s ph.d m.d b.a m.a d.c viz cf
 """
 ENGLISH_ABBREVIATIONS = frozenset(_ABBREVIATIONS.split())
 
@@ -55,6 +57,81 @@ _CLAUSE_END = re.compile(r"[,;:][\"')\]]*(?=\s)|(?<=\s)--?(?=\s)|[\u2014\u2013](
 #: word's tokens plus its synthesis), while "Sure," or "Well, yes," alone would leave a gap
 #: before the rest and sound like a stutter.
 FIRST_CLAUSE_MIN_WORDS = 4
+
+
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: words a reply's first chunk needs before it may end at a plain word gap, when no clause
+#: boundary came first. Five words are 1.25-1.6 s of speech (3.1-4.0 words/s, as above), longer
+#: than making the next chunk takes even after a long first sentence: its other ~15 words are
+#: ~20 tokens (~0.5 s at ~39 tokens/s) and ~0.3 s of synthesis (~18 ms a word). One word more
+#: than a clause needs, since a cut with no punctuation is heard more as a break in the phrase,
+#: and a word costs only ~50 ms; with fewer, the chunk would often end inside the sentence's
+#: subject ("The capital of Australia | is Canberra").
+FIRST_CUT_MIN_WORDS = 5
+
+#: word gaps (from the FIRST_CUT_MIN_WORDS-th word on, gaps inside protected spans not counted)
+#: among which the first chunk's cut is chosen. A gap before a conjunction, preposition or relative
+#: word (see :func:`_gap_score`) is taken at once; else the best of these gaps once the last one is
+#: known. Three gaps end the first chunk after 5-7 words (more only around protected spans) and
+#: wait at most two words (~50 ms each, see above) for a better place than the first.
+FIRST_CUT_WINDOW = 3
+
+#: words a cut may come just before: they start a clause or phrase (conjunctions, relative and
+#: question words, prepositions but "of", which belongs to the noun before it).
+_CUT_BEFORE = _word_set(
+    """
+    and but or nor so yet because since although though while whereas when whenever where wherever
+    if unless until after before once as than that which who whom whose whether what why how
+    to in on at with for from by into onto through during without within between across like
+"""
+)
+#: words that lean on the next one: a cut just after one splits a phrase ("the | capital",
+#: "is | about", "and | then"): articles, determiners, prepositions, conjunctions, auxiliaries.
+_LEANS_RIGHT = _word_set(
+    """
+    a an the this that these those my your his her its our their some any no every each all both such
+    of to in on at by for from with about into onto over under than as like per via without within
+    between among across around through during after before until since near toward towards upon
+    and but or nor so because if when while where although though whether which who what how why
+    i we he she they will would can could should must may might shall do does did is are was were am
+    be been being has have had not very too more most less quite really just also only even
+    approximately nearly almost roughly
+"""
+)
+#: words that lean on the word before so much that the first chunk never ends before one ("capital | of")
+_LEANS_LEFT = frozenset({"of", "too", "either"})
+_MONTHS = _word_set(
+    """
+    january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec
+"""
+)
+_WEEKDAYS = _word_set(
+    """
+    monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri sat sun
+"""
+)
+#: titles before a name, with or without their period ("Dr Smith", "Dr. Smith")
+_TITLES = _word_set("mr mrs ms mx dr prof sir st mt rev sgt capt lt gen col gov sen pres")
+#: abbreviations that introduce what follows: a comma after one ("e.g., apples") ends no clause
+_INTRODUCERS = frozenset({"e.g", "i.e", "viz", "cf"})
+#: signs for "number" and the like, which Punkt takes for a sentence end before a digit ("No. 5")
+_NUMBER_SIGNS = frozenset({"no", "nos", "vol", "fig", "pp", "op"})
+#: words after which the word-gap rule gives up: gaps so far were all protected (a long title-case
+#: name, a list of numbers); the first clause or sentence ends the chunk. Scanning costs ~8 us a
+#: word on each delta (measured on 2 cores), so this bounds the rule's cost for a long sentence.
+_FIRST_CUT_GIVE_UP_WORDS = 20
+#: words of :data:`_CUT_BEFORE` that still belong with a number before them ("9 | to 5", "3 | or 4")
+_RANGE_WORDS = frozenset({"to", "or", "through", "until", "by"})
+_OPENERS = "\"'([{"
+_CLOSERS = "\"')]}"
+_NUMBER_START = re.compile(r"[$€£¥#+-]?\d")
+_INITIALS = re.compile(r"[^\W\d_](?:\.[^\W\d_])*")
+_WORD = re.compile(r"\S+")
+_NEXT_WORD = re.compile(r"\s*(\S+)(\s)?")
 
 
 def remove_unspeakable(text: str) -> str:
@@ -92,38 +169,216 @@ def _punkt() -> PunktSentenceTokenizer:
     return PunktSentenceTokenizer(params)
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split ``text`` into sentences (Punkt plus CJK terminators), stripped, non-empty."""
+def split_sentences(text: str, continued: bool = False) -> list[str]:
+    """Split ``text`` into sentences (Punkt plus CJK terminators), stripped, non-empty.
+
+    A sentence Punkt ends with a sign for "number" ("Room No." of "Room No. 5 is free") goes on
+    into the next one when that starts with a digit, unless the sign is the whole sentence ("Is
+    it? No. 5 came."): then it is taken for the word "No", except at the start of a ``continued``
+    text, the rest of a sentence whose start was cut off ("The winner, | No. 5, ran").
+    """
     sentences: list[str] = []
     for sentence in _punkt().tokenize(text):
-        sentences.extend(part.strip() for part in _CJK_SPLIT.split(sentence) if part.strip())
+        for part in _CJK_SPLIT.split(sentence):
+            part = part.strip()
+            if not part:
+                continue
+            if (
+                sentences
+                and part[0].isdigit()
+                and _ends_with_number_sign(sentences[-1], continued and len(sentences) == 1)
+            ):
+                sentences[-1] += " " + part
+            else:
+                sentences.append(part)
     return sentences
+
+
+def _ends_with_number_sign(sentence: str, alone: bool) -> bool:
+    words = sentence.lower().split()
+    return (alone or len(words) > 1) and words[-1].endswith(".") and words[-1][:-1] in _NUMBER_SIGNS
 
 
 def _word_count(text: str) -> int:
     return sum(1 for word in text.split() if is_speakable(word))
 
 
-def first_clause_end(text: str, min_words: int = FIRST_CLAUSE_MIN_WORDS) -> int | None:
-    """Where the first chunk of a reply may end early: just after a clause boundary.
+def _bare(word: str) -> str:
+    """``word`` lower-cased, without quotes, brackets and ``,;:`` around it (a final period stays)."""
+    return word.lower().lstrip(_OPENERS).rstrip(_CLOSERS + ",;:")
 
-    The boundary is the earliest ``,`` ``;`` ``:`` or dash (see :data:`_CLAUSE_END`)
-    with at least ``min_words`` words before it and no sentence end before it (if a
-    sentence ends first, that sentence is the first chunk). Digits around ``,`` or
-    ``:`` ("1,000", "3:30") never qualify, since the boundary needs whitespace after it.
+
+def _is_abbreviation(word: str) -> bool:
+    """True when ``word`` ends with the period of an abbreviation or of initials ("Dr.", "U.S.", "J.")."""
+    bare = _bare(word)
+    if not bare.endswith("."):
+        return False
+    base = bare[:-1]
+    return base in ENGLISH_ABBREVIATIONS or base in _NUMBER_SIGNS or bool(_INITIALS.fullmatch(base))
+
+
+def _protected(prev: str, nxt: str) -> bool:
+    """True when the gap between two whole words is inside a span spoken as one.
+
+    Such spans: a number with what follows it ("Jan 1, | 1980", "1 | January", "3,500 | people",
+    "10 | a.m.", "3.5 | percent", "9 | to 5"; but "1980 | in Ohio" is free, see
+    :data:`_RANGE_WORDS`); a number after a month, a "number" sign or a word leaning on it ("Jan |
+    1", "No. | 5", "about | 330"); a weekday before a month; a title before a name ("Dr | Smith");
+    a run of capitalised words ("John | Smith", "New | York").
+    """
+    p, n = _bare(prev), _bare(nxt)
+    if any(char.isdigit() for char in p):
+        return n not in _CUT_BEFORE or n in _RANGE_WORDS
+    if _NUMBER_START.match(n) and (p in _MONTHS or p.rstrip(".") in _NUMBER_SIGNS or p in _LEANS_RIGHT):
+        return True
+    if p.rstrip(".") in _TITLES or (p in _WEEKDAYS and n in _MONTHS):
+        return True
+    return prev.lstrip(_OPENERS)[:1].isupper() and nxt.lstrip(_OPENERS)[:1].isupper()
+
+
+def _gap_score(prev: str, nxt: str) -> int | None:
+    """How good the gap between two whole words is for the first chunk to end at, for speech.
+
+    Returns:
+        2 before a conjunction, preposition or relative word ("... Canberra | and not Sydney",
+        "... the distance | that light travels"); 1 at another gap; 0 where it splits a phrase
+        (after a word of :data:`_LEANS_RIGHT`); None where the chunk may not end: before "of"
+        (:data:`_LEANS_LEFT`), inside a protected span (see :func:`_protected`), after a sentence
+        end, an abbreviation or a clause boundary (the clause rule decides those), before the last
+        word of a sentence, or next to a word with nothing to say ("-").
+    """
+    if not (is_speakable(prev) and is_speakable(nxt)) or _protected(prev, nxt):
+        return None
+    if prev.rstrip(_CLOSERS)[-1:] in ".!?…,;:\u2014\u2013-":
+        return None
+    if nxt.rstrip(_CLOSERS)[-1:] in ".!?…" and not _is_abbreviation(nxt):
+        return None
+    p, n = _bare(prev), _bare(nxt)
+    if n in _LEANS_LEFT:
+        return None
+    if p in _LEANS_RIGHT:
+        return 0
+    return 2 if n in _CUT_BEFORE else 1
+
+
+def _word_gap_cut(text: str, min_words: int, window: int) -> tuple[int, int] | None:
+    """The first chunk's end at a word gap, as (length of ``text`` needed to decide it, the end).
+
+    Scans the gaps after the ``min_words``-th word: takes the first gap of score 2 (see
+    :func:`_gap_score`), or else, once ``window`` gaps that may end the chunk are known, the best:
+    the last gap of score 1 (the chunk is as long as the wait allows, and a plain gap late in a
+    phrase more often follows its head: "the design team | starts"), or else the first gap of
+    score 0 (where every place splits a phrase, the chunk stays short). A gap is known once the
+    word after it is whole (whitespace follows it), so a word that may still grow is never judged,
+    and the decision never depends on text past that point. Past :data:`_FIRST_CUT_GIVE_UP_WORDS`
+    words with no end found the rule gives up (and costs nothing more per delta).
+    """
+    count, seen = 0, []
+    for word, nxt in itertools.pairwise(_WORD.finditer(text)):
+        count += is_speakable(word.group())
+        if count < min_words:
+            continue
+        if count > _FIRST_CUT_GIVE_UP_WORDS:
+            return None
+        if nxt.end() >= len(text):
+            return None
+        score = _gap_score(word.group(), nxt.group())
+        if score is None:
+            continue
+        seen.append((score, word.end()))
+        if score == 2 or len(seen) >= window:
+            best = max(score for score, _ in seen)
+            cuts = [cut for score, cut in seen if score == best]
+            return nxt.end() + 1, cuts[-1] if best else cuts[0]
+    return None
+
+
+def _clause_decided(text: str, match: re.Match[str]) -> int | None:
+    """The length of ``text`` needed to tell that a match of :data:`_CLAUSE_END` is a clause
+    boundary; None when it is not one, or while the text after it is too short to tell.
+
+    Not boundaries: punctuation between numbers ("Jan 1, 1980", "1939\u20131945", "1 - 2"; known
+    when the next character comes), a comma after "e.g." and the like, and a comma between a
+    weekday and a month ("Monday, January 1"; known when the next word is whole).
+    """
+    before = text[: match.start()].rstrip()
+    after = _NEXT_WORD.match(text, match.end())
+    if before[-1:].isdigit():
+        if after is None:
+            return None
+        return None if after.group(1)[0].isdigit() else after.start(1) + 1
+    prev = _bare(before.split()[-1]) if before.split() else ""
+    if match.group()[0] == "," and prev.rstrip(".") in _INTRODUCERS:
+        return None
+    if match.group()[0] == "," and prev in _WEEKDAYS:
+        if after is None or after.group(2) is None:
+            return None
+        return None if _bare(after.group(1)) in _MONTHS else after.end()
+    return match.end() + 1
+
+
+def _clause_cut(text: str, min_words: int) -> tuple[int, int] | None:
+    """The first chunk's end at a clause boundary, as (length of ``text`` needed to decide it, the end)."""
+    best: tuple[int, int] | None = None
+    for match in _CLAUSE_END.finditer(text):
+        if best is not None and match.start() >= best[0]:
+            break
+        if _word_count(text[: match.end()]) < min_words:
+            continue
+        decided = _clause_decided(text, match)
+        if decided is not None and (best is None or decided < best[0]):
+            best = (decided, match.end())
+    return best
+
+
+def first_chunk_end(
+    text: str,
+    clause_words: int = FIRST_CLAUSE_MIN_WORDS,
+    cut_words: int = FIRST_CUT_MIN_WORDS,
+    window: int = FIRST_CUT_WINDOW,
+) -> int | None:
+    """Where the first chunk of a reply may end before its first sentence does.
+
+    The rule: the chunk ends at the first clause boundary (``,`` ``;`` ``:`` or a dash, see
+    :data:`_CLAUSE_END`) with at least ``clause_words`` words before it, or at a word gap after at
+    least ``cut_words`` words (see :func:`_word_gap_cut`), whichever can be decided from less text;
+    on a tie, the later end. Never inside a protected span (a date, number, time, abbreviation or
+    name, see :func:`_protected` and :func:`_clause_decided`), and never when a sentence ends first
+    (that sentence is the first chunk). The result depends only on the text needed to decide it, so
+    any way of cutting a reply into streamed deltas gives the same first chunk.
+
+    Args:
+        text: the reply so far.
+        clause_words: words needed before a clause boundary; 0 turns off both rules.
+        cut_words: words needed before a word gap; 0 turns off the word-gap rule.
+        window: gaps considered for the word-gap rule (see :data:`FIRST_CUT_WINDOW`).
+
+    Returns:
+        The index in ``text`` just after the end (before the whitespace there), or None.
+    """
+    if clause_words < 1:
+        return None
+    found = [_clause_cut(text, clause_words)]
+    if cut_words >= 1:
+        found.append(_word_gap_cut(text, cut_words, max(window, 1)))
+    ready = [cut for cut in found if cut is not None]
+    if not ready:
+        return None
+    decided, end = min(ready, key=lambda cut: (cut[0], -cut[1]))
+    if len(split_sentences(text[:decided])) > 1:
+        return None
+    return end
+
+
+def first_clause_end(text: str, min_words: int = FIRST_CLAUSE_MIN_WORDS) -> int | None:
+    """Where the first chunk of a reply may end at a clause boundary: :func:`first_chunk_end`
+    without the word-gap rule. A boundary needs the whitespace (or, after a number, the next
+    character) after it, so a streamed "1," of "1,000" or "3:" of "3:30" is never one.
 
     Returns:
         The index in ``text`` just after the boundary, or None.
     """
-    if min_words < 1:
-        return None
-    for match in _CLAUSE_END.finditer(text):
-        head = text[: match.end()]
-        if len(split_sentences(head)) > 1:
-            return None
-        if _word_count(head) >= min_words:
-            return match.end()
-    return None
+    return first_chunk_end(text, min_words, 0)
 
 
 #: text that ends a sentence: terminal punctuation, maybe closing quotes or brackets, then spaces
@@ -133,11 +388,12 @@ _SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s*$")
 class SentenceStreamer:
     """Turns a stream of text deltas into chunks for TTS as early as possible.
 
-    The first chunk of a reply is released alone and at once: the first clause of
-    at least ``first_clause_words`` words (ended by a comma, semicolon, colon or
-    dash, see :func:`first_clause_end`) or else the first complete sentence,
-    whichever is ready first. Every later chunk is a batch of ``batch_sentences``
-    complete sentences (the rest of a clipped first sentence counts as one).
+    The first chunk of a reply is released alone and at once: it ends where
+    :func:`first_chunk_end` says (the first clause of at least ``first_clause_words``
+    words, or a word gap after at least ``first_cut_words`` words) or else with the
+    first complete sentence, whichever is ready first. Every later chunk is a batch of
+    ``batch_sentences`` complete sentences (the rest of a clipped first sentence counts
+    as one).
 
     The last sentence Punkt finds may be unfinished, so it stays buffered (with
     its trailing whitespace) until more text arrives or :meth:`flush` is called.
@@ -146,26 +402,39 @@ class SentenceStreamer:
         batch_sentences: sentences per batch after the first chunk.
         first_clause_words: words the first chunk needs before it may end at a clause
             boundary; 0 keeps the first chunk a whole sentence.
+        first_cut_words: words the first chunk needs before it may end at a word gap;
+            0 lets it end early only at a clause boundary.
     """
 
-    def __init__(self, batch_sentences: int = 1, first_clause_words: int = FIRST_CLAUSE_MIN_WORDS) -> None:
+    def __init__(
+        self,
+        batch_sentences: int = 1,
+        first_clause_words: int = FIRST_CLAUSE_MIN_WORDS,
+        first_cut_words: int = FIRST_CUT_MIN_WORDS,
+    ) -> None:
         if batch_sentences < 1:
             raise ValueError("batch_sentences must be >= 1")
         self.batch_sentences = batch_sentences
         self.first_clause_words = first_clause_words
+        self.first_cut_words = first_cut_words
         self._buffer = ""
         self._batch: list[str] = []
         self._sent_first = False
+        self._mid_sentence = False  # the buffer starts inside a sentence (after a first chunk cut early)
 
     def push(self, delta: str) -> Iterator[str]:
         """Add ``delta``; yield chunks: the first clause or sentence, then sentence batches."""
         self._buffer += delta
-        if not self._sent_first and (cut := first_clause_end(self._buffer, self.first_clause_words)):
+        if not self._sent_first and (
+            cut := first_chunk_end(self._buffer, self.first_clause_words, self.first_cut_words)
+        ):
             head, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:].lstrip()
+            self._mid_sentence = True
             yield from self._add(head)
-        sentences = split_sentences(self._buffer)
+        sentences = split_sentences(self._buffer, self._mid_sentence)
         if len(sentences) < 2:
             return
+        self._mid_sentence = False
         trailing = self._buffer[len(self._buffer.rstrip()) :]
         for sentence in sentences[:-1]:
             yield from self._add(sentence)
@@ -190,7 +459,8 @@ class SentenceStreamer:
         tail = self._buffer.strip()
         self._buffer = ""
         if tail:
-            self._batch.extend(split_sentences(tail) or [tail])
+            self._batch.extend(split_sentences(tail, self._mid_sentence) or [tail])
+        self._mid_sentence = False
         if self._batch:
             batch, self._batch = " ".join(self._batch), []
             self._sent_first = True

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from speech_to_speech.text import (
     SentenceStreamer,
     WordStreamer,
+    first_chunk_end,
     first_clause_end,
     is_speakable,
     remove_unspeakable,
@@ -87,10 +90,10 @@ def test_empty_text_has_no_sentences() -> None:
 
 
 def stream(
-    text_pieces: list[str], batch_sentences: int = 1, first_clause_words: int = 4
+    text_pieces: list[str], batch_sentences: int = 1, first_clause_words: int = 4, first_cut_words: int = 5
 ) -> tuple[list[tuple[int, str]], list[str]]:
     """Push every piece; return (index of piece when released, batch) pairs and the flushed batches."""
-    streamer = SentenceStreamer(batch_sentences, first_clause_words)
+    streamer = SentenceStreamer(batch_sentences, first_clause_words, first_cut_words)
     released = [(i, batch) for i, piece in enumerate(text_pieces) for batch in streamer.push(piece)]
     return released, list(streamer.flush())
 
@@ -173,9 +176,11 @@ def test_nothing_lost_cjk(split: str) -> None:
 # -- the first chunk may end at a clause boundary ----------------------------------------------
 
 
-def chunks(text: str, split: str = "words", batch_sentences: int = 2, first_clause_words: int = 4) -> list[str]:
+def chunks(
+    text: str, split: str = "words", batch_sentences: int = 2, first_clause_words: int = 4, first_cut_words: int = 5
+) -> list[str]:
     pieces = tokens(text) if split == "words" else list(text)
-    released, flushed = stream(pieces, batch_sentences, first_clause_words)
+    released, flushed = stream(pieces, batch_sentences, first_clause_words, first_cut_words)
     return [batch for _, batch in released] + flushed
 
 
@@ -210,8 +215,11 @@ def test_clause_boundaries(text: str, first: str, split: str) -> None:
 
 @pytest.mark.parametrize("split", ["words", "chars"])
 def test_numbers_are_not_clause_boundaries(split: str) -> None:
-    out = chunks("The big show costs 1,000 dollars and starts at 3:30 today, so come early. See you.", split)
-    assert out[0] == "The big show costs 1,000 dollars and starts at 3:30 today,"
+    text = "The big show costs 1,000 dollars and starts at 3:30 today, so come early. See you."
+    # the clause rule alone (the word-gap rule off) passes over "1,000" and "3:30" to the comma
+    assert chunks(text, split, first_cut_words=0)[0] == "The big show costs 1,000 dollars and starts at 3:30 today,"
+    # with the word-gap rule, the chunk ends before "and" after the number and its noun
+    assert chunks(text, split)[0] == "The big show costs 1,000 dollars"
     assert chunks("The meeting starts at 3:30 sharp. Be there.", split)[0] == "The meeting starts at 3:30 sharp."
     assert chunks("We sold 12,500,000 copies in 2024. Wow.", split)[0] == "We sold 12,500,000 copies in 2024."
 
@@ -255,6 +263,203 @@ def test_first_clause_end_positions() -> None:
         "One two three, four five six seven,"
     )
     assert first_clause_end("Hi. One two three four, five") is None
+
+
+# -- the first chunk may end at a word gap, never inside a protected span ----------------------
+
+
+def deltas(text: str, split: str) -> list[str]:
+    """``text`` cut into streamed deltas: "chars", "words" (with their leading space), "whole", or
+    pieces of a fixed size ("3", "7")."""
+    if split == "chars":
+        return list(text)
+    if split == "words":
+        return tokens(text)
+    if split == "whole":
+        return [text]
+    size = int(split)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def all_chunks(pieces: list[str], batch_sentences: int = 1) -> list[str]:
+    released, flushed = stream(pieces, batch_sentences)
+    return [batch for _, batch in released] + flushed
+
+
+SPLITS = ["chars", "words", "whole", "3", "7"]
+REPLIES = [
+    "The capital of Australia is Canberra and not Sydney as many people assume because it was a compromise.",
+    "Your next meeting with the design team starts at 10:30 tomorrow morning in the small conference room.",
+    "My birthday is Jan 1, 1980. What is yours?",
+    "Abraham Lincoln was born on February 12, 1809, in a log cabin in Kentucky.",
+    "He was born on 1 January 1980 in a small town near the coast of Maine.",
+    "You should ask Dr. Smith about the results because she ran the tests last week.",
+    "A coffee costs $3.50 here but only 3.5% of people buy one every single day.",
+    "The train leaves from platform No. 5 at noon and arrives two hours later.",
+    "Sure, I can help with that. What would you like to cook tonight?",
+    "Paris.",
+]
+
+
+@pytest.mark.parametrize("text", REPLIES)
+def test_any_deltas_give_the_same_chunks(text: str) -> None:
+    expected = all_chunks(deltas(text, "chars"))
+    for split in SPLITS:
+        assert all_chunks(deltas(text, split)) == expected, split
+    assert " ".join(expected).split() == text.split()
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_date_is_never_split(split: str) -> None:
+    assert all_chunks(deltas("My birthday is Jan 1, 1980.", split)) == ["My birthday is Jan 1, 1980."]
+    out = all_chunks(deltas("My birthday is Jan 1, 1980. What is yours?", split))
+    assert out == ["My birthday is Jan 1, 1980.", "What is yours?"]
+    out = all_chunks(deltas("My birthday is January 1, 1980, and I was born in Ohio.", split))
+    assert out == ["My birthday is January 1, 1980,", "and I was born in Ohio."]
+
+
+@pytest.mark.parametrize("split", ["chars", "words", "whole"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The capital of Australia is Canberra and not Sydney as many people assume because it was built there.",
+        "I set a timer for fifteen minutes and I will let you know when it is done in a little while.",
+        "Tomorrow will be mostly sunny with a high of twenty degrees and a light breeze from the west later on.",
+        "A light year is the distance that light travels in one year which is about ten trillion kilometers.",
+        "Our team has reviewed the new proposal very carefully this week and everyone agrees that it looks good.",
+    ],
+)  # fmt: skip
+def test_a_long_statement_without_commas_starts_with_a_few_words(text: str, split: str) -> None:
+    assert len(text.split()) >= 18 and "," not in text
+    out = all_chunks(deltas(text, split))
+    assert 5 <= len(out[0].split()) <= 7
+    assert " ".join(out).split() == text.split()
+    assert len(out) == 2  # the rest of the sentence is one chunk
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("The capital of Australia is Canberra and not Sydney.", "The capital of Australia is Canberra"),
+        ("A light year is the distance that light travels in one year.", "A light year is the distance"),
+        ("To boil an egg you put it in boiling water for nine minutes.", "To boil an egg you put it"),
+        # no conjunction or preposition within reach: the last plain gap of three
+        ("Your next meeting with the design team starts at ten tomorrow.", "Your next meeting with the design team"),
+        # every gap splits a phrase: the first such gap
+        ("So, the answer is that the capital of Australia is Canberra.", "So, the answer is that"),
+    ],
+)  # fmt: skip
+def test_the_word_gap_prefers_a_conjunction_or_preposition(text: str, first: str) -> None:
+    assert all_chunks(tokens(text))[0] == first
+
+
+@pytest.mark.parametrize("split", ["chars", "words", "whole"])
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("He was born on 1 January 1980 in a small town near the coast.", "1 January 1980"),
+        ("It was a cold Monday, January 1, 1980 when the new law came into force.", "Monday, January 1, 1980"),
+        ("Our small city has 1,000,000 residents and a very big hospital downtown.", "1,000,000 residents"),
+        ("In the end about 3,500 people came to the concert in the park.", "about 3,500 people"),
+        ("The value of pi is about 3.14 and it never ends or repeats.", "3.14"),
+        ("The big store opens at 10:30 in the morning and closes at nine.", "at 10:30"),
+        ("The old store opens at 10 a.m. on most days of the week.", "at 10 a.m. on"),
+        ("You should go and ask Dr. Smith about the results of your tests.", "Dr. Smith"),
+        ("You should go and ask Dr. John Smith about the results of your tests.", "Dr. John Smith"),
+        ("You should go and ask Dr Smith about the results of your tests.", "Dr Smith"),
+        ("Some of the tastiest fruits e.g. this apple contain a lot of fiber.", "e.g. this"),
+        ("Some of the tastiest fruits, e.g., apples, contain a lot of fiber.", "e.g., apples"),
+        ("The brand new U.S. policy on trade was announced yesterday.", "U.S. policy"),
+        ("A small cup of coffee costs $3.50 here but tea is cheap.", "$3.50 here"),
+        ("The rate of inflation rose to 3.5 percent in May and fell in June.", "3.5 percent"),
+        ("The train always leaves from platform No. 5 at noon on weekdays.", "No. 5"),
+        ("The long war lasted from 1939\u20131945 and changed the world.", "1939\u20131945"),
+        ("The store here is open from 9 to 5 on most of the weekdays.", "9 to 5"),
+        ("We visited the beautiful city of New York City last summer with friends.", "New York City"),
+    ],
+)  # fmt: skip
+def test_protected_spans_are_never_split(text: str, span: str, split: str) -> None:
+    out = all_chunks(deltas(text, split))
+    assert len(out) == 2  # the first chunk did end early
+    assert any(span in chunk for chunk in out), out
+    assert " ".join(out).split() == text.split()
+
+
+def test_number_signs_do_not_end_sentences() -> None:
+    assert split_sentences("Room No. 5 is free. Yes.") == ["Room No. 5 is free.", "Yes."]
+    assert split_sentences("See fig. 3 for details.") == ["See fig. 3 for details."]
+    assert split_sentences("Is it? No. 5 people came.") == ["Is it?", "No.", "5 people came."]  # "No." alone is a word
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_short_reply_is_one_chunk(split: str) -> None:
+    for text in ("Paris.", "Yes, it is.", "The capital of France is Paris.", "Sure, I can help with that."):
+        assert all_chunks(deltas(text, split)) == [text]
+
+
+def test_a_growing_word_is_never_judged() -> None:
+    # "and" may still become "android": the gap before it is judged once whitespace follows it
+    assert first_chunk_end("One two three four five and") is None
+    assert first_chunk_end("One two three four five and ") == len("One two three four five")
+    # no such word: the last plain gap of three, once the third is known
+    assert first_chunk_end("One two three four five android six seven") is None
+    assert first_chunk_end("One two three four five android six seven ") == len("One two three four five android six")
+
+
+def test_the_word_gap_rule_can_be_turned_off() -> None:
+    text = "The capital of Australia is Canberra and not Sydney. Yes."
+    assert chunks(text, first_cut_words=0) == ["The capital of Australia is Canberra and not Sydney.", "Yes."]
+    assert first_chunk_end(text + " ", cut_words=0) is None
+
+
+def test_numbers_before_a_clause_mark() -> None:
+    assert first_clause_end("My birthday is Jan 1, ") is None  # the year may follow
+    assert first_clause_end("My birthday is Jan 1, 1980") is None
+    assert first_clause_end("Then on Jan 1, we") == len("Then on Jan 1,")
+    assert first_clause_end("The war lasted from 1939 - 1945 and") is None
+    assert first_clause_end("It was a cold Monday, Janua") is None  # "January" or another word?
+    assert first_clause_end("It was a cold Monday, January ") is None
+    assert first_clause_end("It was a cold Monday, and ") == len("It was a cold Monday,")
+    assert first_clause_end("You should eat e.g., apples, pears") == len("You should eat e.g., apples,")
+
+
+_PLAIN_WORDS = ["cats", "sleep", "often", "near", "the", "warm", "window", "and", "dogs", "run", "to", "parks"]
+_PIECES = [*_PLAIN_WORDS, "Dr. Smith", "Jan 1, 1980", "3,500 people", "10:30", "No. 5", "so,", "well;", "e.g. this"]
+
+
+@st.composite
+def replies_and_deltas(draw: st.DrawFn) -> tuple[str, list[str]]:
+    sentences = []
+    for _ in range(draw(st.integers(1, 3))):
+        words = [draw(st.sampled_from(_PLAIN_WORDS)), *draw(st.lists(st.sampled_from(_PIECES), max_size=20))]
+        sentence = " ".join(words)
+        sentences.append(sentence[0].upper() + sentence[1:] + draw(st.sampled_from([".", "!", "?"])))
+    text = " ".join(sentences)
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))))
+    return text, [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(replies_and_deltas())
+def test_random_deltas_give_the_chunks_of_the_whole_text(case: tuple[str, list[str]]) -> None:
+    text, pieces = case
+    out = all_chunks(pieces)
+    assert out == all_chunks([text])
+    assert all(chunk and chunk == chunk.strip() for chunk in out)
+    assert " ".join(out).split() == text.split()
+    for span in ("Dr. Smith", "Jan 1, 1980", "3,500 people", "No. 5", "e.g. this"):
+        assert text.count(span) == sum(chunk.count(span) for chunk in out)
+    first_sentence = split_sentences(text)[0]
+    if out[0] != first_sentence:  # cut early: never a lone word
+        assert len(out[0].split()) >= 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([w for w in _PLAIN_WORDS if w != "the"]), min_size=12, max_size=25))
+def test_a_plain_sentence_starts_with_five_to_seven_words(words: list[str]) -> None:
+    text = " ".join(words).capitalize() + "."
+    first = all_chunks(tokens(text))[0]
+    assert 5 <= len(first.split()) <= 7
 
 
 # -- word re-chunking for streaming-text TTS ----------------------------------------------

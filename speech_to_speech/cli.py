@@ -247,7 +247,10 @@ _HELP = {
     "language": "spoken language code (e.g. en), or auto",
     "stt_compute_type": "STT precision (default, int8, float16, ...)",
     "stt_beam_size": "STT beam width (1 = greedy)",
-    "llm_model": "LLM folder, GGUF file or hub id (default: the backend's embedded model, see --llm_backend)",
+    "llm_model": (
+        "LLM folder, GGUF file, hub id, or an embedded model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b (install "
+        "the llm-1-5b extra); default: the backend's embedded model (qwen2.5-coder-0.5b), see --llm_backend"
+    ),
     "system_prompt": (
         "session instructions (the persona) inside the voice system prompt "
         f"(default: {DEFAULT_VOICE_PERSONA!r}); --print_system_prompt shows the whole prompt"

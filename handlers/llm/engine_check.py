@@ -2,7 +2,7 @@
 
 ``llama-cpp-python`` is compiled on the user's machine, and some releases crash natively on some
 CPUs: 0.3.36 built with ``-march=native`` segfaults in ``Llama.eval`` for any prompt of two or
-more tokens on a Xeon with AVX-512 and AMX, while 0.3.16 runs (see ``LLAMA_CPP_PIN_NOTE`` in
+more tokens on a Xeon with AVX-512 and AMX, while 0.3.16 runs (see the comment at the pin in
 ``pyproject.toml``). A native crash cannot be caught in Python, so the check runs the engine's
 first multi-token evaluation in a **child process** and reports how it ended: the test suite
 fails one named test with the signal and the installed version instead of dying, and

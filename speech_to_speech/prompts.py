@@ -45,10 +45,22 @@ DEFAULT_TEXT_PERSONA = (
 
 # The voice prompt is kept short on purpose: every token of it is processed before the
 # first word of every reply, which on a CPU is a large part of time to first audio.
+# "your words are read aloud" made small models read the user's words back: the lead says who
+# speaks to whom instead (measured with Qwen2.5-Coder-1.5B on spoken statements, temperature 0)
 _VOICE_LEAD = (
-    "You are in a spoken, real-time voice conversation: the user's words reach you as a speech "
-    "transcript and your words are read aloud. The session instructions below define who you are; "
-    "the rules at the end only govern how you speak."
+    "You are talking with a person in a live voice conversation: you hear them through speech "
+    "recognition, and your answer is spoken back to them. The session instructions below define who "
+    "you are; the rules at the end only govern how you speak."
+)
+
+#: Worked examples of reacting to a statement (small local models otherwise repeat or paraphrase
+#: what the user told them). They sit in the system prompt, which stays in the KV cache, so they
+#: cost nothing per turn; two of them are literary, like the LibriVox sentences people read out.
+VOICE_EXAMPLES = (
+    ("I just got back from a week in Portugal.", "Oh, nice! What was the best part of the trip?"),
+    ("She had never seen the sea before that summer.", "What a moment that must have been! Where was it?"),
+    ("My sister is getting married next month.", "Congratulations to her! Are you giving a speech?"),
+    ("He was not a man to be trusted with money.", "Sounds like he had a reputation. What did he do?"),
 )
 
 _TEXT_LEAD = (
@@ -62,6 +74,8 @@ _VOICE_RULES = (
     "Write only words to be spoken: no markdown, lists, emoji or stage directions like *laughs*.",
     "The user's words are a noisy speech transcript and may be misheard: answer what they most likely "
     "meant, and do not point out or correct possible mishearings unless asked.",
+    "The user is talking with you, not dictating. When they tell you something instead of asking, react "
+    "in your own words: a short comment or a question about it. Never repeat, quote or rephrase their words.",
 )
 
 #: added to the voice rules only when tools are offered
@@ -98,8 +112,9 @@ def _assemble(
     rules_title: str,
     rules: tuple[str, ...],
     language: str | None,
+    examples: str = "",
 ) -> str:
-    """Join lead, session instructions (+ tools block) and rules, in that order."""
+    """Join lead, session instructions (+ tools block), examples and rules, in that order."""
     session = instructions.strip() or default_persona
     tools = tools_block.strip()
     if tools:
@@ -109,7 +124,8 @@ def _assemble(
     if name is not None:
         rule_lines.append(f"Always reply in {name}, whatever language the user's message seems to be in.")
     rules_text = "\n".join(f"- {rule}" for rule in rule_lines)
-    return f"{lead}\n\nSESSION INSTRUCTIONS\n{session}\n\n{rules_title}\n{rules_text}"
+    examples = f"\n\n{examples}" if examples else ""
+    return f"{lead}\n\nSESSION INSTRUCTIONS\n{session}{examples}\n\n{rules_title}\n{rules_text}"
 
 
 def build_voice_system_prompt(instructions: str = "", tools_block: str = "", language: str | None = None) -> str:
@@ -117,15 +133,17 @@ def build_voice_system_prompt(instructions: str = "", tools_block: str = "", lan
 
     Three parts, in this order:
 
-    1. a lead: this is a spoken, real-time conversation; the session instructions
+    1. a lead: this is a live voice conversation with a person; the session instructions
        define who the assistant is; the voice rules only govern how it speaks;
     2. the session instructions (a default friendly voice-assistant persona when
-       ``instructions`` is empty), followed by ``tools_block`` when given;
+       ``instructions`` is empty), followed by ``tools_block`` when given, then
+       :data:`VOICE_EXAMPLES`, worked examples of reacting to a statement;
     3. the voice rules, last because they are the strongest constraints: one
        sentence by default (two at most unless asked), no markdown, lists, emoji
        or stage directions, treat the input as a noisy transcript and do not
-       correct mishearings; with tools, also never say tool names aloud, call
-       information tools without announcing them and stay silent between calls.
+       correct mishearings, react to a statement instead of repeating it; with
+       tools, also never say tool names aloud, call information tools without
+       announcing them and stay silent between calls.
 
     Args:
         instructions: the session's persona/task text ("" for the default persona).
@@ -138,7 +156,12 @@ def build_voice_system_prompt(instructions: str = "", tools_block: str = "", lan
         The complete system prompt.
     """
     rules = _VOICE_RULES + (_VOICE_TOOL_RULES if tools_block.strip() else ())
-    return _assemble(_VOICE_LEAD, instructions, DEFAULT_VOICE_PERSONA, tools_block, "VOICE RULES", rules, language)
+    examples = "EXAMPLES OF GOOD REPLIES TO STATEMENTS (not part of this conversation)\n" + "\n".join(
+        f'- User: "{said}" You: "{reply}"' for said, reply in VOICE_EXAMPLES
+    )
+    return _assemble(
+        _VOICE_LEAD, instructions, DEFAULT_VOICE_PERSONA, tools_block, "VOICE RULES", rules, language, examples
+    )
 
 
 def build_text_system_prompt(instructions: str = "", tools_block: str = "", language: str | None = None) -> str:

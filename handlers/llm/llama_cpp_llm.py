@@ -22,6 +22,7 @@ one generation run at a time. A response waiting for it counts that wait against
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import io
 import json
@@ -33,10 +34,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from llama_cpp import LogitsProcessorList
+
 from handlers.llm.embedded import resolve_gguf
+from handlers.llm.partial_prefill import PartialPrefill
+from speech_to_speech.events import Event, UserTranscriptDelta
 from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta, Usage
 from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.serialize import template_messages
+from speech_to_speech.serialize import template_messages, to_chat_messages
 from speech_to_speech.shared import shared_model
 from speech_to_speech.tools.json_calls import JsonCallExtractor
 from speech_to_speech.tools.prompt import function_tool_spec
@@ -45,6 +51,17 @@ logger = logging.getLogger(__name__)
 
 #: seconds between checks of a response's ``should_stop`` while it waits for the engine
 LOCK_POLL_S = 0.05
+#: The echo guard: a spoken reply may not start with any of the user's first this many words.
+#: Small models read a statement back ("He might even have been made amiable himself." → the same
+#: sentence) even when the prompt forbids it; a reply that cannot open with the user's words
+#: reacts instead. Two words, because after "And" alone the 0.5B dropped it and echoed the rest.
+#: Tried on LibriVox statements as first turns with Qwen2.5-Coder-1.5B and the voice prompt
+#: (temperature 0): 2 of 3 read back without the guard, 1 of 5 with it (that one rephrased:
+#: "Had he married ..." → "If he had married ..."). The cost: a reply cannot open with the user's
+#: own first words ("Good morning!" is answered "Morning! ...").
+ECHO_GUARD_WORDS = 2
+#: requests whose prompt statistics a handler keeps (:attr:`LlamaCppLLMHandler.prompts`)
+PROMPTS_KEPT = 32
 #: ChatML, for GGUF files that carry no chat template
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -169,12 +186,43 @@ class LlamaEngine:
         return common
 
     def prefill(self, prompt: str) -> None:
-        """Evaluate ``prompt`` into the KV cache (e.g. the system prompt at start-up)."""
+        """Evaluate ``prompt`` into the KV cache (e.g. the system prompt at start-up); waits for the engine."""
         tokens = self.tokenize(prompt)
         with self.lock:
-            reused = self.cached_prefix(tokens)
-            self.llm.n_tokens = reused
-            self.llm.eval(tokens[reused:])
+            self.evaluate_ahead(tokens)
+
+    def evaluate_ahead(self, tokens: list[int]) -> int:
+        """Evaluate ``tokens`` into the KV cache, keeping the prefix of them it already holds.
+
+        The caller holds :attr:`lock`. A cache that already holds all of ``tokens`` (and perhaps
+        more after them) is left as it is.
+
+        Returns:
+            The number of tokens evaluated.
+        """
+        cached = self.llm._input_ids[: self.llm.n_tokens].tolist()
+        common = 0
+        for a, b in zip(cached, tokens, strict=False):
+            if a != b:
+                break
+            common += 1
+        if common == len(tokens):
+            return 0
+        self.llm.n_tokens = common
+        self.llm.eval(tokens[common:])
+        return len(tokens) - common
+
+    def opening_tokens(self, text: str, words: int = ECHO_GUARD_WORDS) -> set[int]:
+        """The first token of each of the first ``words`` words of ``text``, as they would start a
+        reply: with and without a leading space, as written and capitalised."""
+        tokens: set[int] = set()
+        for word in text.split()[:words]:
+            for form in {word, word.capitalize()}:
+                for spelled in (form, " " + form):
+                    ids = self.llm.tokenize(spelled.encode("utf-8"), add_bos=False, special=False)
+                    if ids:
+                        tokens.add(ids[0])
+        return tokens
 
     def stream(
         self,
@@ -183,14 +231,26 @@ class LlamaEngine:
         temperature: float,
         should_stop: Callable[[], bool],
         on_start: Callable[[PromptStats], None],
+        banned_first: set[int] | None = None,
     ) -> Iterator[str]:
         """Yield text pieces of the completion of ``tokens``; stop once ``should_stop()``.
 
         Holds the engine's lock while generating; ``on_start`` receives the prompt's
         cache statistics once the lock is held. While another session holds the lock,
         ``should_stop()`` is checked every :data:`LOCK_POLL_S` (a response given up on, e.g.
-        past its first-token time-out, never takes the engine).
+        past its first-token time-out, never takes the engine). ``banned_first``: token ids
+        the completion may not start with (the echo guard, see :meth:`opening_tokens`).
         """
+        processors = None
+        if banned_first:
+            ban, prompt_length = np.array(sorted(banned_first)), len(tokens)
+
+            def first_token_ban(input_ids: Any, scores: Any) -> Any:
+                if len(input_ids) == prompt_length:  # only the reply's first token
+                    scores[ban] = -np.inf
+                return scores
+
+            processors = LogitsProcessorList([first_token_ban])
         while not self.lock.acquire(timeout=LOCK_POLL_S):
             if should_stop():
                 return
@@ -204,6 +264,7 @@ class LlamaEngine:
                 temperature=temperature,
                 repeat_penalty=1.1,
                 stream=True,
+                logits_processor=processors,
             )
             try:
                 for chunk in chunks:
@@ -216,6 +277,13 @@ class LlamaEngine:
                 chunks.close()
         finally:
             self.lock.release()
+
+
+def _echo_guarded(request: LLMRequest, messages: list[dict[str, Any]]) -> bool:
+    """Whether the reply to ``request`` may not open with the user's first words: a spoken reply
+    to a user message (not to a tool result)."""
+    last = messages[-1] if messages else {}
+    return request.wants_audio and last.get("role") == "user" and isinstance(last.get("content"), str)
 
 
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
@@ -245,9 +313,13 @@ class LlamaCppLLMHandler(LocalLLMHandler):
 
     Attributes:
         last_prompt: token statistics of the latest request (None before the first).
+        prompts: those of the latest :data:`PROMPTS_KEPT` requests, oldest first.
     """
 
     native_tools = True  # tools go through the model's own chat template
+
+    #: ends the partial user text in a rendered prompt, to cut the prompt there (a private-use character)
+    _PARTIAL_END = "\ue000"
 
     def load(self) -> None:
         path = resolve_gguf(self.config.llm_model, lambda message: logger.info("%s", message))
@@ -257,18 +329,48 @@ class LlamaCppLLMHandler(LocalLLMHandler):
             ("llama-cpp", str(path), n_ctx, threads), lambda: LlamaEngine(str(path), n_ctx, threads)
         )
         self.last_prompt: PromptStats | None = None
+        self.prompts: collections.deque[PromptStats] = collections.deque(maxlen=PROMPTS_KEPT)
         # the system prompt of a plain spoken reply goes into the KV cache now, not on the first turn
         system = {"role": "system", "content": self.system_prompt(True, None)}
         self.engine.prefill(self.engine.render([system], None, add_generation_prompt=False))
+        # the user's words go into the KV cache while they are spoken (handlers.llm.partial_prefill)
+        self.partial_prefill = PartialPrefill(self.engine, self._prompt_so_far, self.name)
+        self.bus.subscribe(self._on_partial_transcript)
+
+    def cleanup(self) -> None:
+        prefill = getattr(self, "partial_prefill", None)
+        if prefill is not None:
+            prefill.close()
+        super().cleanup()
+
+    def _on_partial_transcript(self, event: Event) -> None:
+        if isinstance(event, UserTranscriptDelta) and event.text.strip():
+            self.partial_prefill.submit(event.text)
+
+    def _prompt_so_far(self, text: str) -> str | None:
+        """The prompt of a spoken turn whose words so far are ``text``, up to their end (None: no cut).
+
+        Rendered as :meth:`events` renders the real request (the same system prompt, history,
+        tools and template), with the partial text as the new user message.
+        """
+        user = {"type": "message", "role": "user", "content": text.strip() + self._PARTIAL_END}
+        system = self.system_prompt(True, None, None, self.tools, self.tool_choice)
+        tools = chat_tools(self.tools) if self.tools and self.tool_choice != "none" else []
+        messages = template_messages(to_chat_messages(system, [*self.chat.items(), user]))
+        prompt = self.engine.render(messages, tools)
+        end = prompt.find(self._PARTIAL_END)
+        return prompt[:end] if end > 0 else None
 
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
         tools = chat_tools(request.tools) if request.tool_choice != "none" else []
-        prompt = self.engine.render(template_messages(request.chat_messages()), tools)
+        messages = template_messages(request.chat_messages())
+        prompt = self.engine.render(messages, tools)
         tokens = self.engine.tokenize(prompt)
         started = time.monotonic()
 
         def on_start(stats: PromptStats) -> None:
             self.last_prompt = stats
+            self.prompts.append(stats)
             logger.debug(
                 "%s: prompt %d tokens, %d from the KV cache, %d evaluated (waited %.0f ms for the engine)",
                 self.name,
@@ -278,7 +380,10 @@ class LlamaCppLLMHandler(LocalLLMHandler):
                 (time.monotonic() - started) * 1000,
             )
 
-        pieces = self.engine.stream(tokens, request.max_output_tokens, request.temperature, should_stop, on_start)
+        banned = self.engine.opening_tokens(str(messages[-1]["content"])) if _echo_guarded(request, messages) else None
+        pieces = self.engine.stream(
+            tokens, request.max_output_tokens, request.temperature, should_stop, on_start, banned
+        )
         reply: list[str] = []
         if not tools:
             for text in pieces:

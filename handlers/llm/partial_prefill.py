@@ -1,0 +1,113 @@
+"""Prefill from partial transcripts: the user's words are in the KV cache before the turn ends.
+
+While the user speaks, the streaming STT publishes partial transcripts
+(:class:`~speech_to_speech.events.UserTranscriptDelta`). For each, the prompt the turn will have
+(system prompt, history, the user's words so far) is rendered up to the end of those words and
+evaluated into llama.cpp's KV cache on a background thread. When the endpoint comes, the real
+request shares that prefix (:meth:`LlamaEngine.cached_prefix`), so only the words the partial did
+not have, the end of the user message and the assistant header are evaluated: the prompt
+processing that would have come after the endpoint happened while the user was still talking.
+
+Rules that keep it harmless:
+
+* Only the latest partial counts: a newer one replaces one not yet evaluated.
+* The engine is taken only when free (never waited for): a reply being generated, by this session
+  or another sharing the engine, always goes first, and a partial that finds the engine busy is
+  skipped.
+* The last :data:`HOLD_BACK_TOKENS` tokens of the partial are not evaluated: the last word may
+  still grow ("Spai" → "Spain") and BPE may merge it differently with what follows.
+* A wrong guess costs nothing but the work: the real request re-evaluates from where its tokens
+  and the cache part ways.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+#: tokens at the end of a partial transcript's prompt left for the real request (the last word may
+#: still change, and its tokens with it)
+HOLD_BACK_TOKENS = 2
+
+
+class Engine(Protocol):
+    """What the prefill needs of :class:`handlers.llm.llama_cpp_llm.LlamaEngine`."""
+
+    lock: threading.Lock
+
+    def tokenize(self, prompt: str) -> list[int]: ...
+
+    def evaluate_ahead(self, tokens: list[int]) -> int: ...
+
+
+class PartialPrefill:
+    """Evaluates the prompt of the turn being spoken into the KV cache, from its partial transcripts.
+
+    Args:
+        engine: the shared llama.cpp engine.
+        prompt_for: the prompt text up to the end of the user's words so far, for a partial
+            transcript (None: nothing to evaluate, e.g. no text). Called on the prefill thread.
+        name: thread name prefix.
+
+    Attributes:
+        evaluated_tokens: tokens evaluated ahead in all (for statistics and tests).
+        skipped_busy: partials skipped because the engine was busy.
+    """
+
+    def __init__(self, engine: Engine, prompt_for: Callable[[str], str | None], name: str) -> None:
+        self.engine = engine
+        self.prompt_for = prompt_for
+        self.evaluated_tokens = 0
+        self.skipped_busy = 0
+        self._pending: str | None = None
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=f"{name}:prefill", daemon=True)
+        self._thread.start()
+
+    def submit(self, partial_text: str) -> None:
+        """Evaluate ahead for ``partial_text`` (replaces a partial not yet evaluated). Never blocks."""
+        with self._changed:
+            self._pending = partial_text
+            self._changed.notify()
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        """Stop the prefill thread (a partial being evaluated finishes first)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while self._pending is None and not self._closed:
+                    self._changed.wait()
+                if self._closed:
+                    return
+                text, self._pending = self._pending, None
+            try:
+                self._prefill(text)
+            except Exception:  # a failed guess must never reach the conversation
+                logger.debug("prefill from a partial transcript failed", exc_info=True)
+
+    def _prefill(self, text: str) -> None:
+        prompt = self.prompt_for(text)
+        if not prompt:
+            return
+        tokens = self.engine.tokenize(prompt)[:-HOLD_BACK_TOKENS]
+        if not tokens:
+            return
+        if not self.engine.lock.acquire(blocking=False):
+            self.skipped_busy += 1
+            return
+        try:
+            evaluated = self.engine.evaluate_ahead(tokens)
+        finally:
+            self.engine.lock.release()
+        self.evaluated_tokens += evaluated
+        logger.debug("prefill: %d tokens of %r evaluated ahead", evaluated, text[-40:])

@@ -1,0 +1,134 @@
+"""Spoken turns with the real default models: the KV cache is reused, and statements get reactions.
+
+The pipeline runs in this process on LibriVox speech (file mode, real time), so its llama.cpp
+stage can be asked what each request cost:
+
+* the user's words were evaluated while they were spoken (prefill from partial transcripts,
+  :mod:`handlers.llm.partial_prefill`), so after the endpoint only a few tokens are left;
+* the second turn reuses everything the first one evaluated (system prompt, turn, reply);
+* a statement is answered with a reaction, not read back (the echo guard and the voice prompt's
+  worked examples), and the reply's first chunk for TTS is short.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
+from speech_to_speech.cli import parse_args
+from speech_to_speech.events import AssistantText, Event, EventBus, UserTranscript
+from speech_to_speech.pipeline import build_pipeline
+from tests.speech_utils import librivox_clips
+
+pytestmark = pytest.mark.models
+
+#: silence between the two spoken turns, s: longer than the first reply takes to be spoken
+GAP_S = 9.0
+#: words that carry no content, for the echo score (the share of the user's words in the reply)
+STOP_WORDS = frozenset(
+    (
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "is",
+        "was",
+        "be",
+        "been",
+        "have",
+        "has",
+        "had",
+        "i",
+        "you",
+        "he",
+        "she",
+        "it",
+    )
+)
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z']+", text.lower()) if w not in STOP_WORDS}
+
+
+def echo_score(user: str, reply: str) -> float:
+    """The share of the user's content words that the reply repeats (0: none, 1: all)."""
+    said = content_words(user)
+    return len(said & content_words(reply)) / len(said) if said else 0.0
+
+
+def two_turns(tmp_path: Path) -> Path:
+    """Two LibriVox statements, one after the other with :data:`GAP_S` of silence between."""
+    clips = sorted(librivox_clips(), key=lambda path: sf.info(str(path)).duration)
+    first, second = clips[-1], clips[0]  # the longest statement first: many partial transcripts
+    audio = [sf.read(str(path), dtype="float32")[0] for path in (first, second)]
+    rate = sf.info(str(first)).samplerate
+    joined = np.concatenate([audio[0], np.zeros(int(GAP_S * rate), np.float32), audio[1]])
+    path = tmp_path / "two-turns.wav"
+    sf.write(str(path), joined, rate)
+    return path
+
+
+@pytest.fixture(scope="module")
+def conversation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("conversation")
+    if len(librivox_clips()) < 2:
+        pytest.skip("needs two LibriVox clips: apt-get install pocketsphinx-testdata")
+    args = parse_args(["--input_audio", str(two_turns(tmp)), "--output_audio", str(tmp / "out.wav")])
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    pipeline = build_pipeline(args, bus)
+    pipeline.start()
+    try:
+        pipeline.wait()
+    finally:
+        pipeline.stop()
+    llm = next(stage for stage in pipeline.stages if isinstance(stage, LlamaCppLLMHandler))
+    return {"llm": llm, "events": events}
+
+
+def test_the_user_words_are_evaluated_while_spoken(conversation: dict[str, Any]) -> None:
+    llm: LlamaCppLLMHandler = conversation["llm"]
+    users = [e.text for e in conversation["events"] if isinstance(e, UserTranscript) and e.stt_ms is not None]
+    assert len(users) == 2, users
+    assert llm.partial_prefill.evaluated_tokens > 0
+    # After the endpoint only what the last partial transcript did not have is left (its last words,
+    # the end of the message, the assistant header): fewer tokens than the user's message alone. A
+    # partial can differ from the final transcript from its first word ("and Mr. John." / "And Mr.
+    # John ..."), and on a busy machine the last partial can come late, so one turn of two must show it.
+    after_endpoint = [
+        (p.evaluated_tokens, len(llm.engine.tokenize(u))) for p, u in zip(llm.prompts, users, strict=True)
+    ]
+    assert any(evaluated < words for evaluated, words in after_endpoint), (after_endpoint, users)
+
+
+def test_the_second_turn_reuses_the_first_ones_prefix(conversation: dict[str, Any]) -> None:
+    prompts = list(conversation["llm"].prompts)
+    assert len(prompts) == 2, prompts
+    assert prompts[1].reused_tokens >= prompts[0].prompt_tokens  # system prompt, turn 1 and its reply
+
+
+def test_a_spoken_statement_gets_a_reaction_not_a_repeat(conversation: dict[str, Any]) -> None:
+    events = conversation["events"]
+    users = [e.text for e in events if isinstance(e, UserTranscript) and e.stt_ms is not None]
+    replies = [e.text for e in events if isinstance(e, AssistantText)]
+    assert len(replies) == 2, replies
+    for said, reply in zip(users, replies, strict=True):
+        assert reply.strip(), said
+        assert echo_score(said, reply) <= 0.5, (said, reply)

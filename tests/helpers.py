@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 import soundfile as sf
 
 from speech_to_speech.events import Event, EventBus
@@ -69,3 +72,24 @@ class BusLog:
                     return condition()
                 self._changed.wait(min(left, 0.05))
             return True
+
+
+@cache
+def mlx_import_error() -> str | None:
+    """Why ``import mlx.core, mlx_lm`` fails in a fresh interpreter, or None when it works."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import mlx.core, mlx_lm"], capture_output=True, text=True, timeout=300
+    )
+    if probe.returncode == 0:
+        return None
+    lines = probe.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit status {probe.returncode}"
+
+
+def require_mlx() -> None:
+    """Skip the test unless mlx-lm imports (asked of a child process: importing mlx in the test process
+    would fix its matrix products to the reference BLAS of the ``mlx[cpu]`` wheel before the handler
+    can bind an optimised one, see ``handlers/llm/mlx_lm_llm.py``)."""
+    error = mlx_import_error()
+    if error is not None:
+        pytest.skip(f"mlx-lm cannot be imported ({error}); install the 'mlx' extra (mlx-lm, and mlx[cpu] on Linux)")

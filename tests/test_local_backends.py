@@ -17,6 +17,7 @@ from speech_to_speech.events import EventBus
 from speech_to_speech.llm_api import LlamaCppConfig
 from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
 from speech_to_speech.registry import get_backend
+from tests.helpers import require_mlx
 
 pytestmark = pytest.mark.models
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module", params=["llama-cpp", "transformers", "mlx-lm"])
 def handler(request: pytest.FixtureRequest) -> Any:
     if request.param == "mlx-lm":
-        pytest.importorskip("mlx_lm", reason="install the 'mlx' extra")
+        require_mlx()  # checked in a child: importing mlx here first would keep its slow reference BLAS
     backend = get_backend("llm", request.param)
     handler_cls = backend.load_handler_class()
     llm = handler_cls(
@@ -90,7 +91,7 @@ def test_cancel_stops_generation_between_tokens(handler: Any) -> None:
 
 
 def test_mlx_lm_from_the_command_line(tmp_path: Path) -> None:
-    pytest.importorskip("mlx_lm", reason="install the 'mlx' extra")
+    require_mlx()
     out = tmp_path / "out.wav"
     flags = ["--llm_backend", "mlx-lm", "--input_text", "Hi!", "--output_audio", str(out)]
     result = subprocess.run(

@@ -1,4 +1,4 @@
-"""Hugging Face transformers; the default model is the embedded SmolLM2-135M-Instruct."""
+"""Hugging Face transformers; the default model is the embedded Qwen2.5-Coder-0.5B-Instruct (converted once)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+# transformers is imported when this module is (the pipeline is built on one thread), not in load():
+# two stage threads importing it at once (this one and the VAD's Smart Turn) leave one of them with
+# a half-initialised module ("cannot import name 'WhisperFeatureExtractor' from 'transformers'")
+import transformers  # noqa: F401
 
 from handlers.llm.embedded import resolve_model
 from speech_to_speech.local_llm import LocalLLMHandler

@@ -40,14 +40,18 @@ def fake_interpreter(tmp_path: Path, body: str) -> str:
 
 def test_a_native_crash_is_reported_with_its_signal_and_version(tmp_path: Path) -> None:
     # a real SIGSEGV in the child, as a crashing engine build dies
-    python = fake_interpreter(tmp_path, "echo 'Fatal Python error: Segmentation fault' >&2; kill -SEGV $$")
+    dump = "Fatal Python error: Segmentation fault\n\nCurrent thread (most recent call first):\n"
+    dump += '  File "/venv/llama_cpp/llama.py", line 648 in eval\n  File "/repo/engine_check.py", line 9 in evaluate'
+    python = fake_interpreter(tmp_path, f"printf '{dump}\\n' >&2; kill -SEGV $$")
     result = check_engine(python=python, timeout_s=30)
     assert not result.ok
     assert result.returncode == -11
     assert result.how == "crashed with SIGSEGV"
     summary = result.summary()
     assert summary.startswith(f"{ENGINE} ")
-    assert "crashed with SIGSEGV" in summary and "Segmentation fault" in summary
+    assert summary.endswith(
+        "crashed with SIGSEGV (Fatal Python error: Segmentation fault, in eval at /venv/llama_cpp/llama.py:648)"
+    )
 
 
 def test_a_failing_child_and_a_hang_are_reported(tmp_path: Path) -> None:

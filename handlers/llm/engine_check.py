@@ -35,6 +35,8 @@ GENERATED_TOKENS = 4
 TIMEOUT_S = 180.0
 #: the distribution of the engine
 ENGINE = "llama-cpp-python"
+#: a frame of ``faulthandler``'s dump: ``File "path", line N in function`` (innermost first)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,18 @@ class EngineCheck:
         """One line for people: the version, how it ended and, on failure, the last line printed."""
         line = f"{ENGINE} {self.version}: the first multi-token evaluation {self.how}"
         if not self.ok:
-            tail = [text for text in self.output.strip().splitlines() if text.strip()][-1:]
-            line += f" ({tail[0].strip()})" if tail else ""
+            line += f" ({self.where()})" if self.where() else ""
         return line
+
+    def where(self) -> str:
+        """Where the child failed, from its output: the innermost Python frame of a native crash
+        (``faulthandler``'s dump), else the last line it printed."""
+        lines = [text.strip() for text in self.output.splitlines() if text.strip()]
+        fatal = next((text for text in lines if text.startswith("Fatal Python error")), None)
+        if fatal is not None:
+            frame = next((m for text in lines if (m := _FRAME.match(text))), None)
+            return f"{fatal}, in {frame.group(3)} at {frame.group(1)}:{frame.group(2)}" if frame else fatal
+        return lines[-1] if lines else ""
 
 
 def pinned_version() -> str | None:

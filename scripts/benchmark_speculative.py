@@ -300,7 +300,7 @@ class Bench:
             "user": user,
             "tokens": tokens,
             "cached": self.target.tokenize(cached),
-            "banned": self.target.opening_tokens(user),
+
         }
 
     def set_draft_threads(self, threads: int) -> None:
@@ -322,12 +322,8 @@ class Bench:
         for used in (engine, self.small) if config.kind == "draft" else (engine,):
             used.llm.n_tokens = min(used.llm.n_tokens, self.system_length)
             used.evaluate_ahead(turn["cached"])
-        ban, prompt_length = np.array(sorted(turn["banned"])), len(tokens)
-
-        def first_token_ban(input_ids: Any, scores: Any) -> Any:
-            if len(input_ids) == prompt_length:  # only the reply's first token (LlamaEngine.stream's guard)
-                scores[ban] = -np.inf
-            return scores
+        prompt_length = len(tokens)
+        guard = self.target.echo_guard(prompt_length, turn["user"])  # as LlamaCppLLMHandler's replies
 
         if draft is not None:
             draft.reset(prompt_length)
@@ -342,7 +338,7 @@ class Bench:
                 tokens,
                 temp=0.0,
                 repeat_penalty=REPEAT_PENALTY,
-                logits_processor=LogitsProcessorList([first_token_ban]),
+                logits_processor=LogitsProcessorList([guard]),
             )
             for token in generator:
                 if llama_cpp.llama_token_is_eog(llm._model.vocab, token):

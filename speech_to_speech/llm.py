@@ -178,6 +178,10 @@ class BaseLLMHandler(BaseHandler):
     #: False when tools are described in the system prompt (local models)
     native_tools = True
 
+    #: True when the model follows the compact voice prompt better than the full one (small
+    #: models; see :func:`~speech_to_speech.prompts.build_voice_system_prompt`)
+    compact_voice_prompt = False
+
     # -- requests ---------------------------------------------------------------------
     def system_prompt(
         self,
@@ -190,11 +194,14 @@ class BaseLLMHandler(BaseHandler):
         """The system prompt for a response: voice or text rules, the language when auto,
         and for backends without native tools a tools block."""
         language = language_name(language_code) if self.config.language == "auto" else None
-        build = build_voice_system_prompt if wants_audio else build_text_system_prompt
-        tools_block = ""
-        if not self.native_tools and tools and tool_choice != "none":
-            tools_block = build_tool_prompt(tools, voice=wants_audio)
-        return build(self.config.system_prompt if instructions is None else instructions, tools_block, language)
+        offered = bool(tools) and tool_choice != "none"
+        tools_block = build_tool_prompt(tools or [], voice=wants_audio) if offered and not self.native_tools else ""
+        persona = self.config.system_prompt if instructions is None else instructions
+        if not wants_audio:
+            return build_text_system_prompt(persona, tools_block, language)
+        return build_voice_system_prompt(
+            persona, tools_block, language, tools_offered=offered, compact=self.compact_voice_prompt
+        )
 
     def build_request(self, item: Transcript) -> LLMRequest:
         """The request answering ``item`` from the current history."""

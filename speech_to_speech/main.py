@@ -180,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     _report_native_crashes()
     args = parse_args(argv)
     if args.print_system_prompt:
+        from handlers.llm.embedded import embedded_model
         from speech_to_speech.prompts import build_voice_system_prompt
 
-        print(build_voice_system_prompt(args.system_prompt))
+        model = embedded_model(args.llm_model or "") if args.llm_backend == "llama-cpp" else None
+        print(build_voice_system_prompt(args.system_prompt, compact=model is not None and model.compact_prompt))
         return 0
     setup_logging(args.log_level)
     bus = EventBus()

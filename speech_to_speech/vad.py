@@ -7,7 +7,7 @@ end-of-turn model (:mod:`speech_to_speech.turn_detection`), as soon as the model
 judges the utterance complete after a short pause, else after ``turn_max_silence_ms``.
 
 Speech that starts while a reply is in flight cancels it (barge-in), or, with
-:attr:`BaseVADHandler.interruptions` set, pauses it until its words are known
+:attr:`BaseVADHandler.interruptions` given, pauses it until its words are known
 (:mod:`speech_to_speech.interruptions`).
 
 Two things happen before an endpoint, to save time after it:
@@ -99,7 +99,7 @@ class VADConfig:
         resume_within_ms: speech during a reply pauses it; a backchannel or false start
             judged within this time (from the start of the speech, or from its end once it
             ended) resumes it, anything else cancels it, ms; 0: speech cancels the reply at
-            once (no pause). Local mode only.
+            once (no pause).
     """
 
     vad_threshold: float = 0.5
@@ -139,13 +139,30 @@ class BaseVADHandler(BaseHandler):
     While speech goes on, :class:`PartialSpeech` with the audio so far is sent every
     ``partial_interval_ms`` of audio, only when the STT has nothing waiting.
 
-    With :attr:`semantic_turns` set by the builder, :meth:`setup` loads the end-of-turn
-    model of ``turn_detection``; at each pause it judges the utterance first: "complete"
-    endpoints at once (a plain segment, nothing to hold), "unfinished" sends the turn on
+    With :attr:`semantic_turns` set, :meth:`setup` loads the end-of-turn model of
+    ``turn_detection``; at each pause it judges the utterance first: "complete" endpoints
+    at once (a plain segment, nothing to hold), "unfinished" sends the turn on
     speculatively and waits up to ``turn_max_silence_ms``.
+
+    Args:
+        config: the VAD's settings.
+        device: where the backend runs.
+        speculation: where unconfirmed turns are held (None: no speculative turns).
+        interruptions: the judge of speech during a reply (None: speech cancels the reply).
+        semantic_turns: end turns with the model of ``config.turn_detection`` (False: on silence).
+        *args, **kwargs: the :class:`~speech_to_speech.handler.BaseHandler` arguments.
     """
 
-    def __init__(self, *args: object, config: VADConfig, device: str = "cpu", **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        config: VADConfig,
+        device: str = "cpu",
+        speculation: SpeculativeTurns | None = None,
+        interruptions: Interruptions | None = None,
+        semantic_turns: bool = False,
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.config = config
         self.device = device
@@ -162,13 +179,13 @@ class BaseVADHandler(BaseHandler):
         #: answer each endpointed turn (False: only transcribe it; the client asks for responses)
         self.create_response = True
         #: where unconfirmed turns are held; None (the default) disables speculative turns
-        self.speculation: SpeculativeTurns | None = None
+        self.speculation = speculation
         #: end turns with the model of ``config.turn_detection`` (False, the default: on silence only)
-        self.semantic_turns = False
+        self.semantic_turns = semantic_turns
         #: the loaded end-of-turn model (None: silence only)
         self.turn_detector: TurnDetector | None = None
         #: judges speech during a reply (None, the default: speech cancels the reply at once)
-        self.interruptions: Interruptions | None = None
+        self.interruptions = interruptions
         self._turn_probability: float | None = None  # the model's last verdict on this utterance
         self._during_reply = False  # the utterance in progress paused a reply
 

@@ -50,10 +50,9 @@ from speech_to_speech.events import (
     UserTranscript,
     UserTranscriptDelta,
 )
-from speech_to_speech.handler import BaseHandler
 from speech_to_speech.llm import BaseLLMHandler
 from speech_to_speech.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
-from speech_to_speech.pipeline import build_session_pipeline
+from speech_to_speech.pipeline import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, VADSettings
@@ -135,15 +134,17 @@ class RealtimeSession:
 
     # -- pipeline -----------------------------------------------------------------------
     def _build(self) -> None:
-        """The session's pipeline, wired by :func:`~speech_to_speech.pipeline.build_session_pipeline`
-        (the same stages, queues and barge-in handling as local mode) with the client as its
-        source (:attr:`inputs`) and its sink (:class:`ClientSink`)."""
+        """The session's pipeline: :func:`~speech_to_speech.pipeline.build` (the builder of local
+        mode too) with the session's ends, no source stage (the client's audio and requests go on
+        :attr:`inputs`) and the client's sink (:class:`ClientSink`), and the features of
+        :data:`~speech_to_speech.pipeline.SESSION`."""
 
-        def make_sink(queue: StageQueue, common: dict[str, Any]) -> ClientSink:
+        def make_sink(queue: StageQueue, shared: Shared) -> ClientSink:
             on_failed = lambda: self._discard_prefetch("response failed")  # noqa: E731
-            self.output = ResponseOutput(self.emit, common["gate"], self.conversation, on_failed, self.media)
+            self.output = ResponseOutput(self.emit, shared.gate, self.conversation, on_failed, self.media)
             rate = self.media.rate if self.media is not None else WIRE_RATE  # the sink resamples the TTS once, to it
-            return ClientSink(input_queue=queue, target=self.output, sample_rate=rate, name=f"{self.id}:sink", **common)
+            name = f"{self.id}:sink"
+            return ClientSink(input_queue=queue, target=self.output, sample_rate=rate, name=name, **shared.kwargs)
 
         # The user's speech is reported to the client before the pipeline acts on it: subscribed
         # after the pipeline, a barge-in's cancelled response.done (sent by the sink's thread once
@@ -152,14 +153,14 @@ class RealtimeSession:
         # the stages have acted (a tool call is in history before the client hears of it).
         self.bus = EventBus()
         self.bus.subscribe(self._on_speech_event)
-        self.pipeline = build_session_pipeline(self.args, make_sink, self.id, bus=self.bus)
+        ends = Ends(make_sink, source=None, queue_sizes=SESSION_QUEUE_SIZES, thread_prefix=self.id)
+        self.pipeline = build(self.args, ends, SESSION, bus=self.bus)
         self.gate, self.stop_event = self.pipeline.gate, self.pipeline.stop_event
         #: where the client's audio and requests enter: ``"audio"`` (the VAD's queue), ``"segments"`` (the STT's)
         self.inputs = self.pipeline.inputs
-        self.stages: list[BaseHandler] = self.pipeline.stages
-        self.vad: BaseVADHandler = self.stages[0]  # type: ignore[assignment]
-        self.llm: BaseLLMHandler = self.stages[2]  # type: ignore[assignment]
-        self.sink: ClientSink = self.stages[-1]  # type: ignore[assignment]
+        self.vad = self.pipeline.stage("vad", BaseVADHandler)
+        self.llm = self.pipeline.stage("llm", BaseLLMHandler)
+        self.sink = self.pipeline.stage("sink", ClientSink)
         self.bus.subscribe(self._on_response_event)
 
     def start(self, stop: threading.Event | None = None) -> None:

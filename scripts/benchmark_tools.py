@@ -218,7 +218,13 @@ def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
     sample = load_sample_tools()
     backend = get_backend("llm", args.llm_backend)
     handler_cls = backend.load_handler_class()
-    config = backend.config_cls(llm_model=args.llm_model, max_new_tokens=args.max_new_tokens, stream_batch_sentences=1)
+    # accuracy, not speed: no first-token time-out (a busy machine would turn slow replies into "no call")
+    config = backend.config_cls(
+        llm_model=args.llm_model,
+        max_new_tokens=args.max_new_tokens,
+        stream_batch_sentences=1,
+        first_token_timeout_s=0,
+    )
     llm = handler_cls(
         stop_event=threading.Event(),
         input_queue=None,

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from handlers.llm.engine_check import EngineCheck, check_engine, reinstall_command
-from tests.helpers import REPO_ROOT, load_module
+from tests.helpers import REPO_ROOT, load_module, responses_api_flags
 
 if TYPE_CHECKING:
     from tests.realtime_harness import InProcessServer
+    from tests.responses_server import ResponsesServer
 
 #: the test that reports an engine which cannot run here (every other test is skipped then)
 ENGINE_TEST = "tests/test_engine.py"
@@ -65,6 +66,24 @@ def realtime_servers() -> Iterator[Callable[..., InProcessServer]]:
     for server in reversed(started):
         server.stop()
         server.wait_until_idle()
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[ResponsesServer]:
+    """The scripted ``/v1/responses`` endpoint (:class:`~tests.responses_server.ResponsesServer`) for the module.
+
+    Stopping it at the module's end also ends any scripted stall.
+    """
+    from tests.responses_server import ResponsesServer
+
+    with ResponsesServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
+    """The realtime server in process (real VAD, STT and TTS), its LLM ``responses-api`` on :func:`provider`."""
+    return realtime_servers(*responses_api_flags(provider.base_url))
 
 
 @pytest.fixture(scope="session")

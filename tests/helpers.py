@@ -11,13 +11,17 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import soundfile as sf
 
+from speech_to_speech.cancel import Gate
 from speech_to_speech.events import Event, EventBus
+from speech_to_speech.messages import EndOfResponse
 from tests.speech_utils import librivox_clips
+
+T = TypeVar("T")
 
 #: the repository root
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +37,54 @@ def load_module(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float = 10.0, poll_s: float = 0.005) -> bool:
+    """Poll ``condition`` until it is true or ``timeout_s`` passes; return its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll_s)
+    return bool(condition())
+
+
+def new_stage(cls: type[T], **kwargs: Any) -> T:
+    """A stage of class ``cls`` built as the pipeline builds one, with its own stop event, gate and bus.
+
+    ``kwargs`` go to the constructor (``config``, ``name``, ``device``...); the queues are None
+    unless given (``input_queue``, ``output_queue``): the stage is driven through ``process``.
+    """
+    kwargs.setdefault("input_queue", None)
+    kwargs.setdefault("output_queue", None)
+    return cls(stop_event=threading.Event(), gate=Gate(), bus=EventBus(), **kwargs)
+
+
+def run_pipeline(*flags: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``s2s_pipeline.py`` with ``flags`` from the repository root; the finished process."""
+    return subprocess.run(
+        [sys.executable, "s2s_pipeline.py", *flags],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def responses_api_flags(base_url: str, model: str = "test-model") -> tuple[str, ...]:
+    """The flags that make the LLM ``responses-api`` on ``base_url`` (e.g. a scripted :class:`ResponsesServer`)."""
+    return ("--llm_backend", "responses-api", "--responses_api_base_url", base_url, "--model_name", model)
+
+
+def check_prefix_reused(first: Any, second: Any, out: list[Any]) -> None:
+    """The second turn's prompt (``second``, a ``last_prompt`` of an in-process model) holds the
+    first's (``first``) and reused all of it, evaluating less than half of itself; its reply
+    ``out`` ended without error."""
+    assert second.prompt_tokens > first.prompt_tokens  # the history grew ...
+    assert second.reused_tokens >= first.prompt_tokens - 1  # ... and all of the first prompt was reused
+    assert second.evaluated_tokens < 0.5 * second.prompt_tokens, second
+    assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
 
 
 def two_short_clips() -> tuple[tuple[Path, str], tuple[Path, str]]:

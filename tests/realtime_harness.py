@@ -57,6 +57,7 @@ __all__ = [
     "session_threads",
     "silence",
     "talk_over_reply",
+    "transcription_of",
 ]
 
 #: how long the sessions of a stopped or abandoned client may take to go away, s (a slow, shared machine)
@@ -74,8 +75,7 @@ class InProcessServer:
     """
 
     def __init__(self, *flags: str, warm_up: bool = True) -> None:
-        args = parse_args(["--mode", "server", "--port", "0", *flags])
-        args.resolved_device = "cpu"
+        args = parse_args(["--mode", "server", "--port", "0", "--device", "cpu", *flags])
         self.server = RealtimeServer(args)
         self._warm_up = warm_up
         self._ready = threading.Event()
@@ -291,3 +291,16 @@ def longest_gap(arrivals: list[tuple[float, float]], start: float, end: float) -
     times = before[-1:] + [t for t, _ in arrivals if start <= t < end]
     gaps = [(b - a, a) for a, b in itertools.pairwise(times)]
     return max(gaps) if gaps else (0.0, start)
+
+
+async def transcription_of(log: EventLog, speech_started: dict[str, Any], timeout_s: float, what: str = "") -> Any:
+    """The ``conversation.item.input_audio_transcription.completed`` event of the item that the
+    ``input_audio_buffer.speech_started`` event ``speech_started`` opened (``what`` names it in a time-out)."""
+    return await log.wait_for(
+        lambda e: (
+            e["type"] == "conversation.item.input_audio_transcription.completed"
+            and e["item_id"] == speech_started["item_id"]
+        ),
+        timeout_s,
+        what=what,
+    )

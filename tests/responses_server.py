@@ -71,6 +71,22 @@ class Reply:
     garbage_after: int | None = None
 
 
+#: a long reply (five sentences): there is time to talk over it
+STORY_REPLY = Reply(
+    [
+        Text(
+            [
+                "Once upon a time there was a small village by the sea. ",
+                "Every morning the fishermen rowed out before the sun came up. ",
+                "They sang old songs while they pulled their nets. ",
+                "In the evening the whole village gathered by the fire to share the catch. ",
+                "The children listened to stories until they fell asleep.",
+            ]
+        )
+    ]
+)
+
+
 @dataclass
 class RecordedRequest:
     """One request as the server received it."""

@@ -8,37 +8,30 @@ utterance must get its own transcript and reply.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from speech_to_speech.audio_io import StreamClock, load_audio
-from speech_to_speech.cancel import Stamp
-from speech_to_speech.cli import parse_args
+from speech_to_speech.audio_io import load_audio
+from speech_to_speech.cli import DEFAULT_BACKENDS
 from speech_to_speech.events import (
     AssistantText,
-    EventBus,
     FirstAudio,
     ResponseDone,
     ResponseInterrupted,
     SpeechStarted,
-    StageError,
     UserTranscript,
 )
-from speech_to_speech.handler import BaseHandler
-from speech_to_speech.llm import BaseLLMHandler
-from speech_to_speech.messages import END_OF_STREAM, AudioChunk, AudioOutput
-from speech_to_speech.pipeline import build_pipeline
 from speech_to_speech.prompts import INTERRUPTION_MARKER
 from speech_to_speech.text import remove_unspeakable
-from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE
+from speech_to_speech.vad import SAMPLE_RATE
 from tests.helpers import BusLog, two_short_clips
 from tests.speech_utils import normalize, word_error_rate
+from tests.turn_harness import TurnRun
 
 pytestmark = pytest.mark.models
 
@@ -54,62 +47,26 @@ TAIL_SILENCE_S = 3.0
 CUT_WITHIN_S = 0.1
 
 
-class ScriptedSource(BaseHandler):
-    """Feeds clip A, silence until the reply has played a little, clip B, silence, then the end of the stream.
-
-    Audio goes out in :data:`CHUNK_SAMPLES` chunks at real-time pace on one
-    continuous stream, as a microphone would deliver it.
+@dataclass
+class BargeIn:
+    """When the user barges in: the scripted source asks :meth:`when_playing` (silence until it holds),
+    then :meth:`mark` (at once), then plays clip B.
 
     Attributes:
-        barge_in_time: monotonic time when the first chunk of clip B was sent (None before).
+        began: monotonic time when clip B began (None before).
         reply_was_playing: whether turn 1's reply was still unfinished when clip B began.
-        waited_out: set when the wait for the reply timed out.
     """
 
-    def __init__(
-        self,
-        *args: Any,
-        clip_a: np.ndarray,
-        clip_b: np.ndarray,
-        clock: StreamClock,
-        log: BusLog,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, input_queue=None, **kwargs)
-        self.clip_a = clip_a
-        self.clip_b = clip_b
-        self.clock = clock
-        self.log = log
-        self.offset = 0
-        self.barge_in_time: float | None = None
-        self.reply_was_playing = False
-        self.waited_out = False
+    log: BusLog
+    began: float | None = None
+    reply_was_playing: bool = False
 
-    def _send(self, chunk: np.ndarray) -> bool:
-        """Send one chunk when it is due on the stream's clock; False when stopping."""
-        due = self.clock.start + (self.offset + len(chunk)) / SAMPLE_RATE
-        delay = due - time.monotonic()
-        if delay > 0 and self.stop_event.wait(delay):
-            return False
-        sent = self.emit(AudioChunk(chunk, SAMPLE_RATE, time.monotonic(), self.offset))
-        self.offset += len(chunk)
-        return sent
+    def when_playing(self) -> bool:
+        """Turn 1's reply is fully written and its audio has been playing for a while.
 
-    def _play(self, samples: np.ndarray) -> bool:
-        """Send ``samples`` at real-time pace; False when stopping."""
-        return all(self._send(samples[i : i + CHUNK_SAMPLES]) for i in range(0, len(samples), CHUNK_SAMPLES))
-
-    def _silence_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
-        """Send silence until ``condition()`` holds; False on timeout or stop."""
-        silence = np.zeros(CHUNK_SAMPLES, dtype=np.float32)
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            if time.monotonic() > deadline or not self._send(silence):
-                return False
-        return True
-
-    def _reply_is_playing(self) -> bool:
-        """Turn 1's reply is fully written and its audio has been playing for a while."""
+        The whole reply text is waited for too: a reply still being generated when the user barges
+        in is cancelled before it is written, so it would have no AssistantText to compare with.
+        """
         first_audio = self.log.of(FirstAudio, 1)
         return (
             bool(first_audio)
@@ -117,23 +74,11 @@ class ScriptedSource(BaseHandler):
             and time.monotonic() >= first_audio[0].time + PLAYING_BEFORE_BARGE_IN_S
         )
 
-    def _loop(self) -> None:
-        self.clock.restart()
-        if not self._play(self.clip_a):
-            return
-        # Wait for the whole reply text too: a reply still being generated when the user barges in
-        # is cancelled before it is written, so it would have no AssistantText to compare with.
-        if not self._silence_until(self._reply_is_playing, WAIT_S):
-            self.waited_out = not self.stop_event.is_set()
-        else:
-            self.reply_was_playing = not self.log.of(ResponseDone, 1)
-            self.barge_in_time = time.monotonic()
-            if not self._play(self.clip_b):
-                return
-        if not self._play(np.zeros(int(TAIL_SILENCE_S * SAMPLE_RATE), dtype=np.float32)):
-            return
-        assert self.output_queue is not None
-        self.output_queue.put_unless_stopped(END_OF_STREAM, self.stop_event)
+    def mark(self) -> bool:
+        """Record the moment clip B begins; True (it sends no silence)."""
+        self.reply_was_playing = not self.log.of(ResponseDone, 1)
+        self.began = time.monotonic()
+        return True
 
 
 def assistant_messages(items: list[dict[str, Any]]) -> list[str]:
@@ -147,58 +92,24 @@ def assistant_messages(items: list[dict[str, Any]]) -> list[str]:
 
 def test_barge_in_cuts_the_reply_to_what_was_heard(tmp_path: Path) -> None:
     (clip_a, _), (clip_b, reference_b) = two_short_clips()
-    out = tmp_path / "out.wav"
-    args = parse_args(["--input_audio", str(clip_a), "--output_audio", str(out), "--max_new_tokens", "80"])
-    bus = EventBus()
-    log = BusLog(bus)
-    pipeline = build_pipeline(args, bus)
-
-    original = pipeline.stages[0]
-    source = ScriptedSource(
-        output_queue=original.output_queue,
-        stop_event=pipeline.stop_event,
-        gate=pipeline.gate,
-        bus=bus,
-        clip_a=load_audio(clip_a),
-        clip_b=load_audio(clip_b),
-        clock=pipeline.clock,
-        log=log,
-        name="source:scripted",
-    )
-    pipeline.stages[0] = source
-
-    deliveries: list[tuple[float, Stamp]] = []
-    sink = pipeline.sink
-    write = sink.write
-
-    def recording_write(samples: np.ndarray, item: AudioOutput, start: float) -> None:
-        deliveries.append((time.monotonic(), item.stamp))
-        write(samples, item, start)
-
-    sink.write = recording_write  # type: ignore[method-assign]
-    llm = next(stage for stage in pipeline.stages if isinstance(stage, BaseLLMHandler))
-
-    watchdog = threading.Timer(RUN_LIMIT_S, pipeline.stop_event.set)
-    watchdog.daemon = True
-    watchdog.start()
+    # the default LLM (the embedded model)
+    run = TurnRun(tmp_path, ["--max_new_tokens", "80"], llm=DEFAULT_BACKENDS["llm"], run_limit_s=RUN_LIMIT_S)
+    log = run.log
+    cue = BargeIn(log)
+    tail = np.zeros(int(TAIL_SILENCE_S * SAMPLE_RATE), dtype=np.float32)
+    parts = [load_audio(clip_a), cue.when_playing, cue.mark, load_audio(clip_b), tail]
+    source = run.script(parts, wait_s=WAIT_S)
     began = time.monotonic()
-    try:
-        pipeline.start()
-        pipeline.wait()
-    finally:
-        watchdog.cancel()
-        stuck = pipeline.stop()
-    history = llm.chat.items()
+    run.go()  # no thread stuck, no stage error
+    history = run.llm_stage.chat.items()
     assert time.monotonic() - began < RUN_LIMIT_S, "the run hung and was stopped by the watchdog"
-    assert not stuck, f"threads still running: {stuck}"
-    assert not log.of(StageError), log.of(StageError)
     assert not source.waited_out, f"turn 1's reply never played; events: {[e.kind for e in log.events]}"
-    assert source.barge_in_time is not None
-    assert source.reply_was_playing, "turn 1's reply ended before the barge-in: nothing to interrupt"
+    assert cue.began is not None
+    assert cue.reply_was_playing, "turn 1's reply ended before the barge-in: nothing to interrupt"
 
     # the second utterance opened turn 2, with the speech start that interrupted turn 1
-    assert [e.turn_id for e in log.of(SpeechStarted) if e.time < source.barge_in_time] == [1]
-    barge_in = [e for e in log.of(SpeechStarted) if e.time >= source.barge_in_time]
+    assert [e.turn_id for e in log.of(SpeechStarted) if e.time < cue.began] == [1]
+    barge_in = [e for e in log.of(SpeechStarted) if e.time >= cue.began]
     assert barge_in and barge_in[0].turn_id == 2 and barge_in[0].revision == 0, log.of(SpeechStarted)
     speech_started = barge_in[0].time
 
@@ -207,7 +118,7 @@ def test_barge_in_cuts_the_reply_to_what_was_heard(tmp_path: Path) -> None:
     assert ended and ended[0].time >= speech_started, "turn 1's reply ended before the user barged in"
     interrupted = log.of(ResponseInterrupted, 1)
     assert len(interrupted) == 1, log.of(ResponseInterrupted)
-    turn1 = [t for t, stamp in deliveries if stamp.turn_id == 1]
+    turn1 = [d.time for d in run.deliveries if d.stamp.turn_id == 1]
     assert turn1, "no audio of turn 1 reached the sink"
     late = [t - speech_started for t in turn1 if t > speech_started + CUT_WITHIN_S]
     assert not late, f"turn 1 audio delivered {max(late) * 1000:.0f} ms after the user started speaking"
@@ -238,6 +149,6 @@ def test_barge_in_cuts_the_reply_to_what_was_heard(tmp_path: Path) -> None:
     assert len(answers) == 1 and answers[0].text.strip() and answers[0].error is None
     assert messages[1] == answers[0].text
     assert log.of(FirstAudio, 2)
-    assert any(stamp.turn_id == 2 for _, stamp in deliveries)
+    assert any(d.stamp.turn_id == 2 for d in run.deliveries)
     assert [e.turn_id for e in log.of(ResponseDone)] == [1, 2]
-    assert out.is_file()
+    assert (tmp_path / "out.wav").is_file()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,9 @@ import soundfile as sf
 from speech_to_speech.audio_io import load_audio
 from speech_to_speech.realtime.media import MEDIA_RATE
 from tests.cdp import Chromium, find_chromium
-from tests.helpers import two_short_clips
+from tests.helpers import responses_api_flags, two_short_clips
 from tests.realtime_harness import InProcessServer
-from tests.responses_server import Reply, ResponsesServer, Text
+from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
 from tests.speech_utils import normalize, word_error_rate
 
 pytestmark = pytest.mark.models
@@ -42,19 +42,6 @@ WAIT_S = 240.0
 API_KEY = "s2s-page-key"
 #: silence before clip A (the page is connecting meanwhile), between A and B, and after B, s
 LEAD_S, GAP_S, TAIL_S = 3.0, 5.0, 60.0
-LONG_REPLY = Reply(
-    [
-        Text(
-            [
-                "Once upon a time there was a small village by the sea. ",
-                "Every morning the fishermen rowed out before the sun came up. ",
-                "They sang old songs while they pulled their nets. ",
-                "In the evening the whole village gathered by the fire to share the catch. ",
-                "The children listened to stories until they fell asleep.",
-            ]
-        )
-    ]
-)
 SHORT_REPLY = Reply([Text(["Hello there, ", "this is the second reply. ", "It has two sentences."])])
 CLIP_A, CLIP_B = two_short_clips()
 if CLIP_B == CLIP_A:  # only the bundled clip: say it twice
@@ -84,26 +71,11 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[ResponsesServer]:
-    with ResponsesServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
-    """The realtime server in process (real VAD, STT and TTS; the scripted LLM)."""
-    return realtime_servers(
-        "--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "test-model"
-    )
-
-
-@pytest.fixture(scope="module")
 def guarded(
     server: InProcessServer, provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]
 ) -> InProcessServer:
-    """A second server that wants an API key (the models are already loaded)."""
-    flags = ("--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "m")
-    return realtime_servers(*flags, "--api_key", API_KEY, warm_up=False)
+    """A second server that wants an API key (the models are already loaded by ``server``)."""
+    return realtime_servers(*responses_api_flags(provider.base_url, "m"), "--api_key", API_KEY, warm_up=False)
 
 
 def microphone_file(folder: Path, *parts: np.ndarray) -> Path:
@@ -160,7 +132,7 @@ def test_a_spoken_conversation_in_the_browser(
     server: InProcessServer, provider: ResponsesServer, artifacts: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     binary = chromium_or_skip()
-    provider.script(LONG_REPLY, SHORT_REPLY)
+    provider.script(STORY_REPLY, SHORT_REPLY)
     (clip_a, reference_a), (clip_b, reference_b) = CLIP_A, CLIP_B
     a, b = load_audio(clip_a, MEDIA_RATE), load_audio(clip_b, MEDIA_RATE)
     wav = microphone_file(artifacts, silence(LEAD_S), a, silence(GAP_S), b, silence(TAIL_S))
@@ -225,7 +197,7 @@ def test_a_spoken_conversation_in_the_browser(
     first_state, second_state = end["responses"][:2]
     assert first["interrupted"] and first_state["status"] == "cancelled", (first, first_state)
     shown = normalize(first["text"])
-    full = normalize(LONG_REPLY.output[0].text)
+    full = normalize(STORY_REPLY.output[0].text)
     assert shown and full[: len(shown)] == shown and len(shown) < len(full), first["text"]
     # reply 2 was shown in full, as it was spoken: no word before its audio was heard
     assert normalize(second["text"]) == normalize(SHORT_REPLY.output[0].text), second

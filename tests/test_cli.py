@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import typing
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,7 @@ from speech_to_speech.cli import (
 from speech_to_speech.pipeline import build_pipeline
 from speech_to_speech.prompts import build_voice_system_prompt
 from speech_to_speech.registry import UnknownBackendError
-
-try:
-    from speech_to_speech.local_llm import LocalLLMHandler
-except ImportError:  # older layout
-    from speech_to_speech.llm import LocalLLMHandler  # type: ignore[attr-defined,no-redef]
+from tests.helpers import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -297,44 +292,17 @@ def test_print_system_prompt(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def run_entry_point(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "s2s_pipeline.py", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_pipeline(*argv, timeout=60)
 
 
-class EchoLLM(LocalLLMHandler):
-    """A model-free LLM for entry-point runs: says one sentence; fails on a user turn containing "fail"."""
-
-    def load(self) -> None:
-        pass
-
-    def stream(
-        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
-    ) -> Iterator[str]:
-        if "fail" in str(messages[-1].get("content", "")):
-            raise RuntimeError("the echo model broke down")
-        yield "Hello there."
-
-
-class NeedsExtraLLM(EchoLLM):
-    """An LLM whose engine is not installed: its setup fails on an import."""
-
-    def load(self) -> None:
-        raise ModuleNotFoundError("No module named 'some_engine'")
-
-
-#: the entry point with the ``echo`` (no model to load) and ``needs-extra`` LLM backends registered
+#: the entry point with the ``echo`` (no model to load: :class:`tests.fakes.HelloLLM`) and ``needs-extra``
+#: (:class:`tests.fakes.NeedsExtraLLM`) LLM backends registered
 ECHO_ENTRY = (
     "import sys\n"
     "from speech_to_speech.llm import LLMConfig\n"
     "from speech_to_speech.registry import Backend, register\n"
-    "register(Backend('echo', 'llm', LLMConfig, 'tests.test_cli:EchoLLM', summary='test echo'))\n"
-    "register(Backend('needs-extra', 'llm', LLMConfig, 'tests.test_cli:NeedsExtraLLM', extra='some-extra'))\n"
+    "register(Backend('echo', 'llm', LLMConfig, 'tests.fakes:HelloLLM', summary='test echo'))\n"
+    "register(Backend('needs-extra', 'llm', LLMConfig, 'tests.fakes:NeedsExtraLLM', extra='some-extra'))\n"
     "from speech_to_speech.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
-import subprocess
-import sys
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +31,7 @@ from handlers.llm.embedded import (
     resolve_model,
 )
 from handlers.llm.llama_cpp_llm import QWEN_DOUBLED_CALL_EXAMPLE, LlamaEngine, default_threads, repair_template
+from tests.helpers import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN_1_5B = EMBEDDED_MODELS["qwen2.5-coder-1.5b"]
@@ -295,13 +294,7 @@ def test_the_1_5b_calls_a_tool_as_json() -> None:
 def test_the_1_5b_answers_a_typed_question_in_file_mode(tmp_path: Path) -> None:
     out, transcript = tmp_path / "out.wav", tmp_path / "t.jsonl"
     flags = ["--llm_model", "qwen2.5-coder-1.5b", "--input_text", "What is the capital of France?"]
-    result = subprocess.run(
-        [sys.executable, "s2s_pipeline.py", *flags, "--output_audio", str(out), "--transcript", str(transcript)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_pipeline(*flags, "--output_audio", str(out), "--transcript", str(transcript))
     assert result.returncode == 0, result.stderr
     assert "model qwen2.5-coder-1.5b" in result.stdout
     replies = [line for line in result.stdout.splitlines() if "assistant:" in line]

@@ -15,23 +15,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tests.helpers import run_pipeline
 from tests.speech_utils import librivox_clips, normalize, word_error_rate
 
 pytestmark = pytest.mark.models
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIPS = librivox_clips()
-
-
-def run_pipeline(*flags: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run ``s2s_pipeline.py`` with ``flags`` and return the finished process."""
-    return subprocess.run(
-        [sys.executable, "s2s_pipeline.py", *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -48,10 +48,11 @@ from speech_to_speech.turn_detection import (
     smart_turn_installed,
 )
 from speech_to_speech.vad import Endpoint, Endpointer, Speculation
-from tests.test_llm_base import Script, ask, history, make_llm
-from tests.test_playback import RATE, RecordingSink, audio, wait_until
-from tests.test_vad_endpointer import CONFIG, MS_PER_CHUNK, PAD, SILENCE, SPEECH, FakeVAD, run
-from tests.test_vad_endpointer import audio as vad_audio
+from tests.fakes import FakeVAD, RecordingSink, Script, VADRig, make_llm, vad_chunks
+from tests.helpers import wait_until
+from tests.test_llm_base import ask, history
+from tests.test_playback import RATE, audio
+from tests.test_vad_endpointer import CONFIG, MS_PER_CHUNK, PAD, SILENCE, SPEECH, run
 
 # in chunks: a pause of 4 is where the model is asked, 10 of silence end a turn by the plain
 # rule (CONFIG), 25 end a turn the model judged unfinished
@@ -163,25 +164,12 @@ class ScriptedModel:
 
 
 def run_semantic_vad(probabilities: list[float], *answers: float) -> tuple[list[Any], list[Event], ScriptedModel]:
-    stop, bus, gate = threading.Event(), EventBus(), Gate()
-    events: list[Event] = []
-    bus.subscribe(events.append)
-    items = vad_audio(probabilities)
-    inq, outq = StageQueue(len(items) + 1), StageQueue(256)
-    vad = FakeVAD(stop, inq, outq, gate, bus, config=SEMANTIC, name="vad:fake")
+    rig = VADRig.build(SEMANTIC, vad_chunks(probabilities), out_size=256)
     model = ScriptedModel(*answers)
-    vad.turn_detector = TurnDetector(model, 0.5)
-    vad.endpointer = Endpointer(SEMANTIC, semantic=True)
-    for item in items:
-        inq.put(item)
-    inq.put(END_OF_STREAM)
-    vad.start()
-    vad.join(5.0)
-    assert not vad.is_alive()
-    out = []
-    while not outq.empty():
-        out.append(outq.get_nowait())
-    return out[:-1], events, model
+    rig.vad.turn_detector = TurnDetector(model, 0.5)
+    rig.vad.endpointer = Endpointer(SEMANTIC, semantic=True)
+    out = rig.run()
+    return out[:-1], rig.events, model
 
 
 def test_the_vad_endpoints_a_complete_turn_at_the_first_pause() -> None:
@@ -216,27 +204,20 @@ def test_the_realtime_eagerness_picks_the_model_and_its_silence_bound() -> None:
 
 # -- the VAD: pause, not cancel, while a reply is in flight ---------------------------------------
 def test_speech_during_a_reply_pauses_it_instead_of_cancelling() -> None:
-    stop, bus, gate = threading.Event(), EventBus(), Gate()
-    events: list[Event] = []
-    bus.subscribe(events.append)
+    rig = VADRig.build(CONFIG, vad_chunks([SILENCE] * 4 + [SPEECH] * 10 + [SILENCE] * 16))
+    bus, gate, events = rig.bus, rig.gate, rig.events
     replies = RepliesInFlight(bus)
     interruptions = Interruptions(bus, replies, resume_within_ms=60_000)
     reply = gate.new_turn_stamp()
     bus.publish(ResponseStarted(reply.turn_id))
-    items = vad_audio([SILENCE] * 4 + [SPEECH] * 10 + [SILENCE] * 16)
-    inq, outq = StageQueue(len(items) + 1), StageQueue(64)
-    vad = FakeVAD(stop, inq, outq, gate, bus, config=CONFIG, name="vad:fake")
-    vad.interruptions = interruptions
-    for item in [*items, END_OF_STREAM]:
-        inq.put(item)
-    vad.start()
-    vad.join(5.0)
+    rig.vad.interruptions = interruptions
+    out = rig.run()
     interruptions.close()
     assert gate.admits(reply), "the reply was cancelled at speech start"
     started = [e for e in events if isinstance(e, SpeechStarted)]
     assert [e.pauses_reply for e in started] == [True]
     assert [e.reply_turn_ids for e in events if isinstance(e, ReplyPaused)] == [[reply.turn_id]]
-    segment = next(item for item in iter(outq.get_nowait, END_OF_STREAM) if isinstance(item, SpeechSegment))
+    segment = next(item for item in out if isinstance(item, SpeechSegment))
     assert segment.during_reply
 
 

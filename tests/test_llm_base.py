@@ -1,26 +1,22 @@
 """The shared LLM stage: streaming to sentences, the response life cycle and history.
 
-The fake backend is a :class:`LocalLLMHandler` (a :class:`BaseLLMHandler` whose backend only
-streams text), driven through :meth:`BaseLLMHandler.process` without a thread.
+The fake backend is :class:`tests.fakes.FakeLLM`, a :class:`LocalLLMHandler` (a :class:`BaseLLMHandler`
+whose backend only streams text), driven through :meth:`BaseLLMHandler.process` without a thread.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from speech_to_speech.cancel import Gate, Stamp
+from speech_to_speech.cancel import Stamp
 from speech_to_speech.chat import Chat
-from speech_to_speech.events import AssistantText, Event, EventBus, FirstToken, ResponseStarted, UserTranscript
+from speech_to_speech.events import AssistantText, Event, FirstToken, ResponseStarted, UserTranscript
 from speech_to_speech.llm import FAILURE_FALLBACK, TIMEOUT_APOLOGY, BaseLLMHandler
-from speech_to_speech.llm_api import LLMConfig, ProviderTimeout
-from speech_to_speech.local_llm import LocalLLMHandler
+from speech_to_speech.llm_api import ProviderTimeout
 from speech_to_speech.messages import (
     EndOfResponse,
     FunctionOutput,
@@ -31,69 +27,14 @@ from speech_to_speech.messages import (
     TTSInput,
 )
 from speech_to_speech.text import is_speakable
-
-
-class BackendError(RuntimeError):
-    pass
-
-
-@dataclass
-class Script:
-    """What the fake backend does for one request: yield ``deltas``, then maybe raise or cancel.
-
-    Attributes:
-        deltas: the text deltas to yield.
-        raise_after: raise ``error`` after this many deltas (None: never).
-        cancel_after: call ``gate.scope.cancel()`` after this many deltas (None: never).
-        error: what to raise.
-    """
-
-    deltas: list[str]
-    raise_after: int | None = None
-    cancel_after: int | None = None
-    error: Exception = field(default_factory=lambda: BackendError("backend exploded"))
-    yielded: int = 0
-    finished: bool = False
-    messages: list[dict[str, Any]] = field(default_factory=list)
-
-
-class FakeLLM(LocalLLMHandler):
-    """Plays one :class:`Script` per request."""
-
-    def __init__(self, *args: Any, scripts: list[Script], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.scripts = list(scripts)
-        self.scripts_seen: list[list[dict[str, Any]]] = []
-
-    def load(self) -> None:
-        pass
-
-    def stream(
-        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
-    ) -> Iterator[str]:
-        script = self.scripts.pop(0)
-        script.messages = messages
-        self.scripts_seen.append(messages)
-        for i, delta in enumerate(script.deltas):
-            if script.raise_after == i:
-                raise script.error
-            if script.cancel_after == i:
-                self.gate.scope.cancel()  # barge-in while generating
-            script.yielded += 1
-            yield delta
-        if script.raise_after == len(script.deltas):
-            raise script.error
-        script.finished = True
+from tests import fakes
+from tests.fakes import FakeLLM, Script
 
 
 def make_llm(*scripts: Script, history_turns: int = 8, batch: int = 1) -> tuple[FakeLLM, list[Event]]:
-    gate, bus = Gate(), EventBus()
-    events: list[Event] = []
-    bus.subscribe(events.append)
-    config = LLMConfig(system_prompt="Be brief.", history_turns=history_turns, stream_batch_sentences=batch)
-    llm = FakeLLM(threading.Event(), None, None, gate, bus, config=config, scripts=list(scripts), name="llm:fake")
+    """A set-up :class:`FakeLLM` that goes on streaming until the stage stops pulling (the stage must)."""
+    llm, events = fakes.make_llm(*scripts, history_turns=history_turns, batch=batch, heeds_stop=False)
     assert isinstance(llm, BaseLLMHandler)
-    llm.setup()
     return llm, events
 
 
@@ -138,7 +79,7 @@ def test_first_sentence_comes_out_before_stream_ends() -> None:
     first = next(gen)
     assert isinstance(first, TTSInput)
     assert first.text == "Hello there."
-    assert not script.finished
+    assert not script.finished.is_set()
     assert script.yielded == REPLY.index(" How") + 1
     out = [first, *gen]
     end = check_response(out)
@@ -179,7 +120,7 @@ def test_backend_raises_before_any_text_speaks_fallback() -> None:
     out = ask(llm, "hi")
     end = check_response(out)
     assert texts(out) == [FAILURE_FALLBACK]
-    assert end.error is not None and "backend exploded" in end.error
+    assert end.error is not None and "the model crashed" in end.error
     assert replies(llm) == []
     finals = [e for e in events if isinstance(e, AssistantText)]
     assert len(finals) == 1 and finals[0].error == end.error
@@ -190,7 +131,7 @@ def test_backend_raises_after_some_text_has_no_fallback() -> None:
     out = ask(llm, "hi")
     end = check_response(out)
     assert texts(out) == ["Hello there."]
-    assert end.error is not None and "BackendError" in end.error
+    assert end.error is not None and "ScriptError" in end.error
     assert replies(llm) == []
 
 
@@ -245,7 +186,7 @@ def test_cancel_mid_stream_stops_speech_and_skips_history() -> None:
     assert not llm.gate.admits(stamp)
     # the stream was abandoned right after the cancel, not drained
     assert script.yielded == cancel_at + 1
-    assert not script.finished
+    assert not script.finished.is_set()
     assert replies(llm) == []
     assert not any(isinstance(e, AssistantText) for e in events)
 
@@ -317,18 +258,18 @@ def test_language_auto_passes_detected_language_to_prompt() -> None:
     llm.config.language = "auto"
     out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Bonjour, comment ça va ?", language="fr")))
     assert isinstance(out[-1], EndOfResponse)
-    system = llm.scripts_seen[0][0]
+    system = llm.requests[0][0]
     assert system["role"] == "system" and "French" in system["content"]
     llm.config.language = "en"  # a fixed language does not add a rule
     list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Hello", language="fr")))
-    assert "French" not in llm.scripts_seen[1][0]["content"]
+    assert "French" not in llm.requests[1][0]["content"]
 
 
 def test_local_messages_are_cleaned_before_the_model() -> None:
     llm, _ = make_llm(Script(["One."]))
     llm.chat.add_item({"type": "message", "role": "assistant", "content": "Earlier reply"})
     ask(llm, "Question")
-    roles = [m["role"] for m in llm.scripts_seen[0]]
+    roles = [m["role"] for m in llm.requests[0]]
     assert roles[0] == "system" and roles[1] == "user"  # a user message follows the system prompt
     assert all(a != b or a == "tool" for a, b in itertools.pairwise(roles))
 
@@ -354,7 +295,7 @@ def test_local_tool_call_in_code_block_becomes_ordered_call() -> None:
     llm, _ = make_llm(Script(["Let me check. <co", 'de>get_weather(city="Par', 'is")</code>']))
     llm.tools = [WEATHER_TOOL]
     out = ask(llm, "Weather in Paris?")
-    system = llm.scripts_seen[0][0]["content"]
+    system = llm.requests[0][0]["content"]
     assert "def get_weather(*, city: str)" in system and "<code>" in system
     kinds = [type(m).__name__ for m in out]
     assert kinds == ["TTSInput", "ToolCallRequest", "EndOfResponse"]
@@ -373,7 +314,7 @@ def test_local_tool_result_is_fed_back_as_plain_messages() -> None:
     list(llm.process(FunctionOutput(call.call_id, '{"temp_c": -3}')))
     out = list(llm.process(ResponseRequest(llm.gate.new_turn_stamp())))
     assert texts(out) == ["It is cold in Oslo."]
-    follow_up = llm.scripts_seen[1]
+    follow_up = llm.requests[1]
     assert all(m["role"] in ("system", "user", "assistant") for m in follow_up)
     joined = "\n".join(m["content"] for m in follow_up)
     assert "<code>get_weather(city='Oslo')</code>" in joined and '[tool result] {"temp_c": -3}' in joined

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from handlers.llm.llama_cpp_llm import LlamaEngine
 from handlers.llm.openai_compatible import ResponsesAPIHandler
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import EventBus
-from speech_to_speech.llm import TIMEOUT_APOLOGY, BaseLLMHandler
-from speech_to_speech.llm_api import LLMConfig, LLMRequest, ProviderEvent, TextDelta
+from speech_to_speech.llm import TIMEOUT_APOLOGY
+from speech_to_speech.llm_api import TextDelta
 from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
+from tests.fakes import make_provider_llm
 from tests.responses_server import Call, Reply, ResponsesServer, Text
 from tests.test_openai_backends import ask, check_response, make_handler, spoken
 
@@ -40,12 +39,6 @@ def wait_no_provider_threads(timeout_s: float = 5.0) -> list[str]:
     while provider_threads() and time.monotonic() < deadline:
         time.sleep(0.02)
     return provider_threads()
-
-
-@pytest.fixture(scope="module")
-def provider() -> Iterator[ResponsesServer]:
-    with ResponsesServer() as server:
-        yield server
 
 
 @pytest.mark.parametrize(
@@ -127,24 +120,9 @@ def test_blocking_requests_have_only_the_total(provider: ResponsesServer) -> Non
     assert spoken(out) == ["Whole answer."]
 
 
-class BlockedBackend(BaseLLMHandler):
-    """A backend stuck before its first token until told to stop (an engine busy elsewhere)."""
-
-    def load(self) -> None:
-        self.released = threading.Event()
-
-    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
-        while not should_stop():
-            time.sleep(0.01)
-        self.released.set()
-        yield TextDelta("never heard")
-
-
 def test_an_in_process_backend_gets_the_first_token_timeout_and_is_stopped() -> None:
-    llm = BlockedBackend(
-        threading.Event(), None, None, Gate(), EventBus(), config=LLMConfig(first_token_timeout_s=0.5), name="llm"
-    )
-    llm.setup()
+    # a backend stuck before its first token until told to stop (an engine busy elsewhere)
+    llm = make_provider_llm([TextDelta("never heard")], blocks=True, first_token_timeout_s=0.5)
     started = time.monotonic()
     out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "hello")))
     assert time.monotonic() - started < 0.5 + SLACK_S

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,15 +10,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import EventBus
 from speech_to_speech.llm_api import LlamaCppConfig
 from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
 from speech_to_speech.registry import get_backend
-from tests.helpers import require_mlx
+from tests.helpers import check_prefix_reused, new_stage, require_mlx, run_pipeline
 
 pytestmark = pytest.mark.models
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module", params=["llama-cpp", "transformers", "mlx-lm"])
@@ -28,16 +23,8 @@ def handler(request: pytest.FixtureRequest) -> Any:
     if request.param == "mlx-lm":
         require_mlx()  # checked in a child: importing mlx here first would keep its slow reference BLAS
     backend = get_backend("llm", request.param)
-    handler_cls = backend.load_handler_class()
-    llm = handler_cls(
-        stop_event=threading.Event(),
-        input_queue=None,
-        output_queue=None,
-        gate=Gate(),
-        bus=EventBus(),
-        config=backend.config_cls(max_new_tokens=200, stream_batch_sentences=1),
-        device="cpu",
-    )
+    config = backend.config_cls(max_new_tokens=200, stream_batch_sentences=1)
+    llm = new_stage(backend.load_handler_class(), config=config, device="cpu")
     llm.setup()
     return llm
 
@@ -94,13 +81,7 @@ def test_mlx_lm_from_the_command_line(tmp_path: Path) -> None:
     require_mlx()
     out = tmp_path / "out.wav"
     flags = ["--llm_backend", "mlx-lm", "--input_text", "Hi!", "--output_audio", str(out)]
-    result = subprocess.run(
-        [sys.executable, "s2s_pipeline.py", *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_pipeline(*flags)
     assert result.returncode == 0, result.stderr
     assert "assistant:" in result.stdout
     audio, _ = sf.read(str(out), dtype="float32")
@@ -110,15 +91,7 @@ def test_mlx_lm_from_the_command_line(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def llama() -> Any:
     handler_cls = get_backend("llm", "llama-cpp").load_handler_class()
-    llm = handler_cls(
-        stop_event=threading.Event(),
-        input_queue=None,
-        output_queue=None,
-        gate=Gate(),
-        bus=EventBus(),
-        config=LlamaCppConfig(max_new_tokens=48),
-        device="cpu",
-    )
+    llm = new_stage(handler_cls, config=LlamaCppConfig(max_new_tokens=48), device="cpu")
     llm.setup()
     return llm
 
@@ -131,11 +104,7 @@ def test_llama_cpp_reuses_the_prompt_prefix(llama: Any) -> None:
     # the system prompt was prefilled at setup: the first turn evaluates little more than the question
     assert first.reused_tokens > 0.6 * first.prompt_tokens, first
     out = list(llama.process(ask(llama, "And of Italy?")))
-    second = llama.last_prompt
-    assert second.prompt_tokens > first.prompt_tokens  # the history grew ...
-    assert second.reused_tokens >= first.prompt_tokens - 1  # ... and all of the first prompt was reused
-    assert second.evaluated_tokens < 0.5 * second.prompt_tokens, second
-    assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
+    check_prefix_reused(first, llama.last_prompt, out)
 
 
 def test_llama_cpp_answers_a_simple_question_briefly(llama: Any) -> None:

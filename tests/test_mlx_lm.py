@@ -9,9 +9,6 @@ importing mlx in the test process would fix its matrix products to the reference
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +16,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import EventBus
 from speech_to_speech.messages import EndOfResponse, Transcript
 from speech_to_speech.registry import get_backend
-from tests.helpers import require_mlx
+from tests.helpers import check_prefix_reused, new_stage, require_mlx, run_pipeline
 
 pytestmark = pytest.mark.models
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,15 +30,7 @@ QUESTION = ROOT / "tests" / "data" / "question-capital.wav"
 def mlx_llm() -> Any:
     require_mlx()
     backend = get_backend("llm", "mlx-lm")
-    llm = backend.load_handler_class()(
-        stop_event=threading.Event(),
-        input_queue=None,
-        output_queue=None,
-        gate=Gate(),
-        bus=EventBus(),
-        config=backend.config_cls(max_new_tokens=48),
-        device="cpu",
-    )
+    llm = new_stage(backend.load_handler_class(), config=backend.config_cls(max_new_tokens=48), device="cpu")
     llm.setup()
     return llm
 
@@ -57,11 +44,7 @@ def test_mlx_lm_reuses_the_prompt_prefix(mlx_llm: Any) -> None:
     assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
     assert "paris" in out[-1].text.lower(), out[-1].text
     out = list(mlx_llm.process(Transcript(mlx_llm.gate.new_turn_stamp(), "And of Italy?")))
-    second = mlx_llm.last_prompt
-    assert second.prompt_tokens > first.prompt_tokens  # the history grew ...
-    assert second.reused_tokens >= first.prompt_tokens - 1  # ... and all of the first prompt was reused
-    assert second.evaluated_tokens < 0.5 * second.prompt_tokens, second
-    assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
+    check_prefix_reused(first, mlx_llm.last_prompt, out)
 
 
 def test_mlx_lm_answers_a_spoken_question(tmp_path: Path) -> None:
@@ -69,13 +52,7 @@ def test_mlx_lm_answers_a_spoken_question(tmp_path: Path) -> None:
     require_mlx()
     out, transcript = tmp_path / "out.wav", tmp_path / "t.jsonl"
     flags = ["--llm_backend", "mlx-lm", "--input_audio", str(QUESTION), "--output_audio", str(out)]
-    result = subprocess.run(
-        [sys.executable, "s2s_pipeline.py", *flags, "--transcript", str(transcript)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_pipeline(*flags, "--transcript", str(transcript))
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in transcript.read_text().splitlines() if line.strip()]
     users = [e["text"].lower() for e in events if e["event"] == "user_transcript"]

@@ -17,7 +17,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -38,12 +37,11 @@ from handlers.llm.openai_compatible import (
     new_call_id,
     to_chat_tools,
 )
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import EventBus
 from speech_to_speech.llm import FAILURE_FALLBACK, TIMEOUT_APOLOGY
 from speech_to_speech.llm_api import OpenAICompatibleConfig
 from speech_to_speech.messages import EndOfResponse, TextOutput, ToolCallRequest, Transcript, TTSInput
 from speech_to_speech.text import is_speakable
+from tests.helpers import new_stage
 from tests.responses_server import Call, Reply, ResponsesServer, Text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,15 +67,7 @@ def make_handler(
     """A set-up handler of class ``cls`` for ``base_url``, built as the pipeline builds it."""
     settings.setdefault("system_prompt", "You are Ada, a helpful voice assistant.")
     config = OpenAICompatibleConfig(model_name=model, responses_api_base_url=base_url, **settings)
-    handler = cls(
-        stop_event=threading.Event(),
-        input_queue=None,
-        output_queue=None,
-        gate=Gate(),
-        bus=EventBus(),
-        config=config,
-        name=f"llm:{cls.__name__}",
-    )
+    handler = new_stage(cls, config=config, name=f"llm:{cls.__name__}")
     handler.setup()
     return handler
 
@@ -127,18 +117,12 @@ def no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
 
-@pytest.fixture(scope="module")
-def responses_server() -> Iterator[ResponsesServer]:
-    """One scriptable /v1/responses server for the module."""
-    with ResponsesServer() as server:
-        yield server
-
-
 @pytest.fixture
-def server(responses_server: ResponsesServer) -> ResponsesServer:
-    """The module's server with a fresh default script and no recorded requests."""
-    responses_server.script(Reply([Text(["Hello."])]))
-    return responses_server
+def server(provider: ResponsesServer) -> ResponsesServer:
+    """The module's scriptable /v1/responses server (``provider``) with a fresh default script and no
+    recorded requests."""
+    provider.script(Reply([Text(["Hello."])]))
+    return provider
 
 
 @pytest.fixture(scope="module")

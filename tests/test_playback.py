@@ -20,12 +20,14 @@ import soxr
 
 from speech_to_speech.audio_io import FileSink, StreamClock
 from speech_to_speech.cancel import Gate, Stamp
-from speech_to_speech.events import Event, EventBus, FirstAudio, ResponseDone, ResponseInterrupted
+from speech_to_speech.events import EventBus, FirstAudio, ResponseDone, ResponseInterrupted
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import END_OF_STREAM, AudioOutput, EndOfResponse, Transcript, TTSInput
 from speech_to_speech.pipeline import Pipeline
 from speech_to_speech.playback import Interrupt, PacedAudioSink, RealtimeQueue
 from speech_to_speech.queues import StageQueue
+from tests.fakes import RecordingSink, Write
+from tests.helpers import BusLog, wait_until
 
 RATE = 16_000
 #: generous bound for anything a thread must do "soon" on a loaded machine, s
@@ -45,62 +47,6 @@ class FakeClock:
         return self.now
 
 
-@dataclass
-class Write:
-    """One call of :meth:`PacedAudioSink.write`, as recorded by :class:`RecordingSink`."""
-
-    time: float
-    samples: np.ndarray
-    item: AudioOutput
-    start: float
-
-
-class RecordingSink(PacedAudioSink):
-    """A paced sink that records every delivery and can run a hook on each one (in the sink's thread)."""
-
-    poll_s = 0.02
-
-    def __init__(self, *args: Any, lead_s: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lead_s = lead_s
-        self.writes: list[Write] = []
-        self.on_write: Callable[[Write], None] | None = None
-
-    def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
-        record = Write(time.monotonic(), samples.copy(), item, start)
-        self.writes.append(record)
-        if self.on_write is not None:
-            self.on_write(record)
-
-
-class EventLog:
-    """Collects every event published on a bus."""
-
-    def __init__(self, bus: EventBus) -> None:
-        self.events: list[Event] = []
-        self._lock = threading.Lock()
-        bus.subscribe(self._on_event)
-
-    def _on_event(self, event: Event) -> None:
-        with self._lock:
-            self.events.append(event)
-
-    def of(self, kind: type[Event]) -> list[Any]:
-        """The recorded events of type ``kind``, in publication order."""
-        with self._lock:
-            return [e for e in self.events if isinstance(e, kind)]
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S, poll_s: float = 0.005) -> bool:
-    """Poll ``condition`` until it is true or ``timeout_s`` passes; return its last value."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll_s)
-    return bool(condition())
-
-
 def tone(seconds: float, value: float = 0.5, rate: int = RATE) -> np.ndarray:
     """A constant-valued float32 block (easy to find again in a written file)."""
     return np.full(round(seconds * rate), value, dtype=np.float32)
@@ -114,7 +60,7 @@ class SinkRig:
     queue: StageQueue
     gate: Gate
     bus: EventBus
-    log: EventLog
+    log: BusLog
     stop: threading.Event
 
     def feed(self, *items: Any) -> None:
@@ -136,7 +82,7 @@ def rig_factory() -> Iterator[Callable[..., SinkRig]]:
 
     def make(sink_cls: type[PacedAudioSink] = RecordingSink, **kwargs: Any) -> SinkRig:
         stop, gate, bus, q = threading.Event(), Gate(), EventBus(), StageQueue(64)
-        log = EventLog(bus)
+        log = BusLog(bus)
         sink = sink_cls(stop_event=stop, input_queue=q, gate=gate, bus=bus, **kwargs)
         rig = SinkRig(sink, q, gate, bus, log, stop)
         rigs.append(rig)

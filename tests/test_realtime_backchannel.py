@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 
 from speech_to_speech.audio_io import load_audio
 from speech_to_speech.prompts import INTERRUPTION_MARKER
 from speech_to_speech.registry import Backend, register
 from speech_to_speech.text import remove_unspeakable
-from speech_to_speech.tts import BaseTTSHandler, TTSConfig
+from speech_to_speech.tts import TTSConfig
+from tests.fakes import FakeTTS
 from tests.realtime_harness import InProcessServer, OverReply, RawClient, audio_arrivals, longest_gap, talk_over_reply
 from tests.speech_utils import normalize
 from tests.turn_harness import LONG_REPLY, QUESTION, speech_only, synthesize
@@ -115,20 +114,21 @@ def test_a_real_interruption_is_reported_and_cancels_the_reply(server: InProcess
     assert normalize(history[2][1]) == ["wait", "stop"], history[2]
 
 
-class SlowTTS(BaseTTSHandler):
+#: how long :class:`SlowTTS` takes per sentence, s
+SLOW_TTS_S = 1.5
+
+
+class SlowTTS(FakeTTS):
     """A voice that takes :data:`SLOW_TTS_S` before any sentence's audio (a tone): a reply's text
     is all generated long before any of its audio is sent."""
 
-    def load(self) -> None:
-        self.sample_rate = 16_000
+    rate = 16_000
+    delay_s = SLOW_TTS_S
+    lead_samples = 0
+    tone_samples = 8_000
+    level = 0.3
 
-    def synthesize(self, text: str) -> Iterator[np.ndarray]:
-        time.sleep(SLOW_TTS_S)
-        yield np.full(8_000, 0.3, dtype=np.float32)
 
-
-#: how long :class:`SlowTTS` takes per sentence, s
-SLOW_TTS_S = 1.5
 register(Backend("slow-tts", "tts", TTSConfig, "tests.test_realtime_backchannel:SlowTTS", summary="test"))
 
 

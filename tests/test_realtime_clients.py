@@ -75,16 +75,10 @@ def _last_user_text(items: list[dict[str, Any]]) -> str:
 
 
 @pytest.fixture(scope="module")
-def assistant() -> Iterator[Assistant]:
-    with Assistant() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(assistant: Assistant, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
-    return realtime_servers(
-        "--llm_backend", "responses-api", "--responses_api_base_url", assistant.base_url, "--model_name", "test-model"
-    )
+def provider() -> Iterator[Assistant]:
+    """The LLM endpoint of the module's ``server`` (the conftest fixture): an :class:`Assistant`."""
+    with Assistant() as assistant:
+        yield assistant
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +136,7 @@ WEATHER_TOOL = {
 }
 
 
-def test_openai_sdk(server: InProcessServer, assistant: Assistant, clip: tuple[np.ndarray, str]) -> None:
+def test_openai_sdk(server: InProcessServer, provider: Assistant, clip: tuple[np.ndarray, str]) -> None:
     from openai import AsyncOpenAI
 
     samples, reference = clip
@@ -213,7 +207,7 @@ async def _drain(conn: Any) -> None:
 
 # -- the OpenAI Agents SDK ---------------------------------------------------------------------------
 def test_openai_agents_realtime_agent(
-    server: InProcessServer, assistant: Assistant, clip: tuple[np.ndarray, str]
+    server: InProcessServer, provider: Assistant, clip: tuple[np.ndarray, str]
 ) -> None:
     from agents import function_tool
     from agents.realtime import RealtimeAgent, RealtimeRunner
@@ -300,7 +294,7 @@ async def _livekit_reply(generation: Any) -> tuple[list[str], int, list[Any]]:
     return texts, samples, calls
 
 
-def test_livekit_realtime_model(server: InProcessServer, assistant: Assistant, clip: tuple[np.ndarray, str]) -> None:
+def test_livekit_realtime_model(server: InProcessServer, provider: Assistant, clip: tuple[np.ndarray, str]) -> None:
     from livekit import rtc
     from livekit.agents import llm
     from livekit.plugins.openai.realtime import RealtimeModel
@@ -428,7 +422,7 @@ def test_livekit_realtime_model(server: InProcessServer, assistant: Assistant, c
 
 # -- Pipecat -----------------------------------------------------------------------------------------
 def test_pipecat_openai_realtime_llm_service(
-    server: InProcessServer, assistant: Assistant, clip: tuple[np.ndarray, str]
+    server: InProcessServer, provider: Assistant, clip: tuple[np.ndarray, str]
 ) -> None:
     from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
     from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema

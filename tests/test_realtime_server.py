@@ -46,6 +46,7 @@ from tests.realtime_harness import (
     load_clip,
     session_threads,
     silence,
+    transcription_of,
 )
 from tests.speech_utils import normalize, word_error_rate
 
@@ -260,14 +261,7 @@ def test_barge_in_cancels_the_reply_and_keeps_what_was_heard(server: InProcessSe
 
             speech_b = await log.wait_for("input_audio_buffer.speech_started", WAIT_S, since=barge_in)
             done_1 = await log.wait_for(lambda e: of_reply_1(e, "response.done"), WAIT_S, what="reply 1 done")
-            transcript_b = await log.wait_for(
-                lambda e: (
-                    e["type"] == "conversation.item.input_audio_transcription.completed"
-                    and e["item_id"] == speech_b["item_id"]
-                ),
-                WAIT_S,
-                what="B's transcription",
-            )
+            transcript_b = await transcription_of(log, speech_b, WAIT_S, "B's transcription")
             return {
                 "events": list(log.events),
                 "speech_a": speech_a,

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -24,7 +24,7 @@ import pytest
 
 import speech_to_speech.realtime.session as session_module
 from speech_to_speech.llm import TIMEOUT_APOLOGY
-from tests.helpers import REPO_ROOT, load_module
+from tests.helpers import REPO_ROOT, load_module, responses_api_flags
 from tests.realtime_harness import InProcessServer, RawClient, session_threads
 from tests.responses_server import Call, Reply, ResponsesServer, Text
 
@@ -45,19 +45,10 @@ def run(scenario: Any, timeout_s: float = 1800.0) -> Any:
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[ResponsesServer]:
-    with ResponsesServer() as server:
-        yield server
-        server.released.set()  # end any scripted stall
-
-
-@pytest.fixture(scope="module")
 def scripted(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
-    """The server with the scripted provider as its LLM, and short time-outs."""
-    return realtime_servers(
-        "--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "scripted",
-        "--first_token_timeout_s", str(FIRST_TOKEN_S), "--request_timeout_s", str(RESPONSE_S),
-    )  # fmt: skip
+    """The server with the scripted provider (the conftest fixture) as its LLM, and short time-outs."""
+    timeouts = ("--first_token_timeout_s", str(FIRST_TOKEN_S), "--request_timeout_s", str(RESPONSE_S))
+    return realtime_servers(*responses_api_flags(provider.base_url, "scripted"), *timeouts)
 
 
 def target(server: InProcessServer) -> Any:

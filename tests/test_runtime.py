@@ -15,18 +15,9 @@ from speech_to_speech.events import Event, EventBus, StageError
 from speech_to_speech.handler import BaseHandler
 from speech_to_speech.messages import END_OF_STREAM, EndOfResponse, EndOfStream, TTSInput
 from speech_to_speech.queues import StageQueue
+from tests.helpers import wait_until
 
 JOIN_TIMEOUT_S = 2.0
-
-
-def wait_until(condition: Any, timeout_s: float = JOIN_TIMEOUT_S, poll_s: float = 0.005) -> bool:
-    """Poll ``condition`` until it is true or ``timeout_s`` passes; return its last value."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll_s)
-    return bool(condition())
 
 
 def drain(q: StageQueue) -> list[Any]:
@@ -228,7 +219,7 @@ def test_slow_consumer_applies_backpressure(
     producer.start()
     inq.put("go")
 
-    assert wait_until(outq.full)
+    assert wait_until(outq.full, JOIN_TIMEOUT_S)
     # The producer is now blocked in emit(): it has produced the item it cannot enqueue and no more.
     max_seen = 0
     deadline = time.monotonic() + 0.2
@@ -243,7 +234,7 @@ def test_slow_consumer_applies_backpressure(
     sink = Collector(stop, outq, gate=gate, bus=bus, name="sink")
     started.append(sink)
     sink.start()
-    assert wait_until(lambda: len(sink.items) == count)
+    assert wait_until(lambda: len(sink.items) == count, JOIN_TIMEOUT_S)
     assert sink.items == list(range(count))
     assert producer.produced == count
 
@@ -259,7 +250,7 @@ def test_stop_event_joins_every_stage(stop: threading.Event, gate: Gate, bus: Ev
         stage.start()
     for i in range(10):
         queues[0].put(str(i))
-    assert wait_until(lambda: queues[3].full() and queues[2].full())
+    assert wait_until(lambda: queues[3].full() and queues[2].full(), JOIN_TIMEOUT_S)
     assert all(stage.is_alive() for stage in stages)
 
     began = time.monotonic()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -12,9 +11,8 @@ import pytest
 import soundfile as sf
 
 from handlers.vad.silero_vad import QUIET_RESET_CHUNKS, SileroVADHandler
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import EventBus
 from speech_to_speech.vad import CHUNK_SAMPLES, VADConfig
+from tests.helpers import new_stage
 
 pytestmark = pytest.mark.models
 CLIP = Path(__file__).parent / "data" / "librivox-0880.wav"
@@ -22,14 +20,7 @@ CLIP = Path(__file__).parent / "data" / "librivox-0880.wav"
 
 @pytest.fixture(scope="module")
 def vad() -> SileroVADHandler:
-    handler = SileroVADHandler(
-        stop_event=threading.Event(),
-        input_queue=None,
-        output_queue=None,
-        gate=Gate(),
-        bus=EventBus(),
-        config=VADConfig(),
-    )
+    handler = new_stage(SileroVADHandler, config=VADConfig())
     handler.load()
     return handler
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speech_to_speech.cancel import Gate
+from speech_to_speech.cancel import Gate, Stamp
 from speech_to_speech.events import (
     Event,
     EventBus,
@@ -33,19 +33,10 @@ from speech_to_speech.messages import (
 )
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
-from speech_to_speech.stt import BaseSTTHandler, STTConfig, TranscriptDeltas, trim_repeats
+from speech_to_speech.stt import STTConfig, TranscriptDeltas, trim_repeats
 from speech_to_speech.vad import RESUMED, Endpoint, Endpointer, Speculation, VADConfig
-from tests.test_vad_endpointer import (
-    CONFIG,
-    MS_PER_CHUNK,
-    PAD,
-    SILENCE,
-    SPEECH,
-    FakeVAD,
-    audio,
-    chunk_indices,
-    run,
-)
+from tests.fakes import FakeSTT, VADRig, vad_chunks
+from tests.test_vad_endpointer import CONFIG, MS_PER_CHUNK, PAD, SILENCE, SPEECH, chunk_indices, run
 
 # 10 silent chunks end a turn (CONFIG); 4 send it on speculatively
 SPECULATIVE = dataclasses.replace(CONFIG, speculative_silence_ms=int(4 * MS_PER_CHUNK))
@@ -121,12 +112,8 @@ def test_max_speech_cut_on_resumed_speech_does_not_confirm() -> None:
 def run_speculative_vad(
     probabilities: list[float], config: VADConfig = SPECULATIVE, turns: bool = True
 ) -> tuple[list[Any], list[Event], Gate, SpeculativeTurns]:
-    stop, bus, gate = threading.Event(), EventBus(), Gate()
-    events: list[Event] = []
-    bus.subscribe(events.append)
-    items = audio(probabilities)
-    inq, outq = StageQueue(len(items) + 1), StageQueue(64)
-    vad = FakeVAD(stop, inq, outq, gate, bus, config=config, name="vad:fake")
+    rig = VADRig.build(config, vad_chunks(probabilities))
+    vad, inq, outq, gate = rig.vad, rig.inq, rig.outq, rig.gate
     speculation = SpeculativeTurns(gate)
     if turns:
         vad.speculation = speculation
@@ -139,14 +126,14 @@ def run_speculative_vad(
     consumer = threading.Thread(target=drain, daemon=True)
     consumer.start()
     vad.start()
-    for item in items:  # paced, so that the consumer empties the queue between chunks
+    for item in rig.items:  # paced, so that the consumer empties the queue between chunks
         inq.put(item)
         time.sleep(0.005)
     inq.put(END_OF_STREAM)
     vad.join(5.0)
     consumer.join(5.0)
     assert not vad.is_alive() and not consumer.is_alive()
-    return out[:-1], events, gate, speculation
+    return out[:-1], rig.events, gate, speculation
 
 
 def test_vad_sends_a_speculative_segment_that_the_endpoint_confirms() -> None:
@@ -202,11 +189,17 @@ def test_vad_sends_partials_during_speech_only() -> None:
 
 
 # -- the holding queues ------------------------------------------------------------------------
-def test_pause_until_confirmed_enqueues_then_waits_for_the_endpoint() -> None:
+def open_turn() -> tuple[Gate, SpeculativeTurns, Stamp]:
+    """A gate, its speculative turns, and a new turn opened speculatively."""
     gate = Gate()
     turns = SpeculativeTurns(gate)
     stamp = gate.new_turn_stamp()
     turns.open(stamp)
+    return gate, turns, stamp
+
+
+def test_pause_until_confirmed_enqueues_then_waits_for_the_endpoint() -> None:
+    _, turns, stamp = open_turn()
     q = PauseUntilConfirmed(turns, 8)
     stop = threading.Event()
     done = threading.Event()
@@ -227,10 +220,7 @@ def test_pause_until_confirmed_enqueues_then_waits_for_the_endpoint() -> None:
 
 
 def test_pause_until_confirmed_wakes_on_supersession() -> None:
-    gate = Gate()
-    turns = SpeculativeTurns(gate)
-    stamp = gate.new_turn_stamp()
-    turns.open(stamp)
+    gate, turns, stamp = open_turn()
     q = PauseUntilConfirmed(turns, 8)
     done = threading.Event()
     thread = threading.Thread(
@@ -245,10 +235,7 @@ def test_pause_until_confirmed_wakes_on_supersession() -> None:
 
 
 def test_hold_until_confirmed_releases_on_confirmation() -> None:
-    gate = Gate()
-    turns = SpeculativeTurns(gate)
-    stamp = gate.new_turn_stamp()
-    turns.open(stamp)
+    _, turns, stamp = open_turn()
     q = HoldUntilConfirmed(turns, 8)
     chunk = AudioOutput(stamp, np.zeros(160, dtype=np.float32), 16_000, "Hi")
     thread = threading.Thread(target=q.put_unless_stopped, args=(chunk, threading.Event(), 0.05), daemon=True)
@@ -262,10 +249,7 @@ def test_hold_until_confirmed_releases_on_confirmation() -> None:
 
 
 def test_hold_until_confirmed_drops_a_superseded_revision_and_its_end() -> None:
-    gate = Gate()
-    turns = SpeculativeTurns(gate)
-    stamp = gate.new_turn_stamp()
-    turns.open(stamp)
+    gate, turns, stamp = open_turn()
     q = HoldUntilConfirmed(turns, 8)
     chunk = AudioOutput(stamp, np.zeros(160, dtype=np.float32), 16_000)
     results: list[bool] = []
@@ -308,25 +292,6 @@ def test_when_confirmed_runs_now_later_or_never() -> None:
 
 
 # -- the STT stage -------------------------------------------------------------------------------
-class FakeSTT(BaseSTTHandler):
-    """Transcribes to a fixed text after ``delay_s``; counts calls."""
-
-    def __init__(self, *args: Any, text: str = "hello there", delay_s: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.text = text
-        self.delay_s = delay_s
-        self.calls = 0
-
-    def load(self) -> None:
-        pass
-
-    def transcribe(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
-        self.calls += 1
-        time.sleep(self.delay_s)
-        words = self.text.split()
-        return " ".join(words[: max(1, len(samples) // 16_000)]), "en"
-
-
 def make_stt(**kwargs: Any) -> tuple[FakeSTT, StageQueue, list[Event], Gate]:
     gate, bus = Gate(), EventBus()
     events: list[Event] = []

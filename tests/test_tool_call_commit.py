@@ -1,56 +1,27 @@
 """A tool call the client was shown stays in history, whatever happens to the rest of its response.
 
 The LLM stage is driven through :meth:`BaseLLMHandler.process` with a backend that yields provider
-events from a script; the LM output stage's side channel (:class:`ToolCallReady`, which the realtime
-session turns into ``response.function_call_arguments.done``) is published by hand where the client
-would be shown the call.
+events from a script (:class:`tests.fakes.FakeProviderLLM`); the LM output stage's side channel
+(:class:`ToolCallReady`, which the realtime session turns into
+``response.function_call_arguments.done``) is published by hand where the client would be shown
+the call.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
-from speech_to_speech.cancel import Gate
 from speech_to_speech.chat import Chat
-from speech_to_speech.events import EventBus, ToolCallReady
-from speech_to_speech.llm import BaseLLMHandler
-from speech_to_speech.llm_api import LLMConfig, LLMRequest, ProviderEvent, TextDelta, ToolCall
+from speech_to_speech.events import ToolCallReady
+from speech_to_speech.llm_api import TextDelta, ToolCall
 from speech_to_speech.messages import EndOfResponse, FunctionOutput, ToolCallRequest, Transcript
 from speech_to_speech.serialize import to_responses_input
+from tests.fakes import FakeProviderLLM, make_provider_llm
 
 WEATHER = ToolCall("call_weather_1", "get_weather", '{"city": "Paris"}')
 
 
-class ScriptedLLM(BaseLLMHandler):
-    """Yields one list of provider events per request; ``on_event(index)`` runs before each."""
-
-    def __init__(self, *args: Any, scripts: list[list[ProviderEvent]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.scripts = scripts
-        self.on_event: Callable[[int], None] = lambda index: None
-        self.requests: list[LLMRequest] = []
-
-    def load(self) -> None:
-        pass
-
-    def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
-        self.requests.append(request)
-        for index, event in enumerate(self.scripts.pop(0)):
-            self.on_event(index)
-            yield event
-
-
-def make(*scripts: list[ProviderEvent]) -> ScriptedLLM:
-    llm = ScriptedLLM(
-        threading.Event(), None, None, Gate(), EventBus(), config=LLMConfig(), scripts=list(scripts), name="llm"
-    )
-    llm.setup()
-    return llm
-
-
-def shown(llm: ScriptedLLM, item: Any) -> None:
+def shown(llm: FakeProviderLLM, item: Any) -> None:
     """What the LM output stage does when a call passes it: the client is shown the call."""
     if isinstance(item, ToolCallRequest):
         event = ToolCallReady(item.stamp.turn_id, call_id=item.call_id, name=item.name, arguments=item.arguments)
@@ -63,7 +34,9 @@ def kinds(chat: Chat) -> list[tuple[str, str]]:
 
 def test_interrupted_after_the_call_keeps_the_call_and_pairs_its_late_output() -> None:
     # the provider goes on streaming after the call; the user interrupts during that
-    llm = make([TextDelta("Let me check."), WEATHER, TextDelta(" Meanwhile, here is"), TextDelta(" more.")], [])
+    llm = make_provider_llm(
+        [TextDelta("Let me check."), WEATHER, TextDelta(" Meanwhile, here is"), TextDelta(" more.")], []
+    )
     out = []
     for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather in Paris?")):
         out.append(item)
@@ -82,7 +55,7 @@ def test_interrupted_after_the_call_keeps_the_call_and_pairs_its_late_output() -
 
 
 def test_a_failure_after_the_call_keeps_the_call() -> None:
-    llm = make([WEATHER, TextDelta("Done")])
+    llm = make_provider_llm([WEATHER, TextDelta("Done")])
 
     def explode(index: int) -> None:
         if index == 1:
@@ -101,7 +74,7 @@ def test_a_failure_after_the_call_keeps_the_call() -> None:
 
 def test_a_call_the_client_never_saw_is_rolled_back() -> None:
     # cancelled after the LLM emitted the call but before it passed the LM output stage
-    llm = make([TextDelta("Let me check."), WEATHER, TextDelta(" more.")])
+    llm = make_provider_llm([TextDelta("Let me check."), WEATHER, TextDelta(" more.")])
     out = []
     for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather?")):
         out.append(item)
@@ -113,7 +86,7 @@ def test_a_call_the_client_never_saw_is_rolled_back() -> None:
 
 def test_a_call_shown_after_its_response_was_rolled_back_is_written_again() -> None:
     # the cancel wins the race: the response is rolled back, then the call reaches the client
-    llm = make([WEATHER, TextDelta(" more.")])
+    llm = make_provider_llm([WEATHER, TextDelta(" more.")])
     calls = []
     for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather?")):
         if isinstance(item, ToolCallRequest):
@@ -126,7 +99,7 @@ def test_a_call_shown_after_its_response_was_rolled_back_is_written_again() -> N
 
 
 def test_a_completed_response_is_unchanged_by_the_commit() -> None:
-    llm = make([TextDelta("Checking."), WEATHER])
+    llm = make_provider_llm([TextDelta("Checking."), WEATHER])
     for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather?")):
         shown(llm, item)
     assert kinds(llm.chat) == [("message", "user"), ("function_call", WEATHER.call_id), ("message", "assistant")]

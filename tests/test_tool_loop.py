@@ -2,7 +2,7 @@
 
 Three levels:
 
-1. the LLM stage alone (a fake :class:`LocalLLMHandler` running as a real stage thread between
+1. the LLM stage alone (:class:`tests.fakes.FakeLLM` running as a real stage thread between
    real stage queues, with a :class:`PrefetchCoordinator`): the follow-up to the tool result is
    generated *hidden* as soon as every call is answered, and is either claimed by a plain
    ``response.create`` (its output then flows) or discarded without a trace; a failed hidden
@@ -22,21 +22,18 @@ import asyncio
 import contextlib
 import json
 import queue
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from openai import AsyncOpenAI
 
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import AssistantText, Event, EventBus, ResponseStarted
+from speech_to_speech.events import AssistantText, Event, ResponseStarted
 from speech_to_speech.llm import FAILURE_FALLBACK
-from speech_to_speech.llm_api import LlamaCppConfig, LLMConfig, new_call_id
-from speech_to_speech.local_llm import LocalLLMHandler
+from speech_to_speech.llm_api import LlamaCppConfig, new_call_id
 from speech_to_speech.messages import (
     EndOfResponse,
     FunctionOutput,
@@ -49,6 +46,8 @@ from speech_to_speech.prefetch import PrefetchCoordinator, PrefetchState, Respon
 from speech_to_speech.queues import StageQueue
 from speech_to_speech.realtime.session import RealtimeSession
 from speech_to_speech.registry import get_backend
+from tests.fakes import FakeLLM, Script, make_llm
+from tests.helpers import new_stage
 from tests.realtime_harness import EventLog, InProcessServer
 from tests.responses_server import Call, Reply, ResponsesServer, Text
 
@@ -69,65 +68,6 @@ WEATHER_TOOL: dict[str, Any] = {
 
 
 # == 1. the LLM stage: hidden follow-up, claim and discard ===========================================
-class ScriptError(RuntimeError):
-    """Raised by a :class:`Script` that is told to fail."""
-
-
-@dataclass
-class Script:
-    """What the fake model streams for one request.
-
-    Attributes:
-        deltas: text pieces, in order.
-        pause_after: before yielding delta number ``pause_after``, wait until ``resume`` is set
-            (``paused`` is set meanwhile); None never pauses.
-        raise_after: raise :class:`ScriptError` before delta number ``raise_after`` (None: never).
-        paused: set while the script waits for ``resume``.
-        resume: lets a paused script go on.
-        finished: set once every delta was yielded.
-        stopped_early: the generation was told to stop before its last delta.
-    """
-
-    deltas: list[str]
-    pause_after: int | None = None
-    raise_after: int | None = None
-    paused: threading.Event = field(default_factory=threading.Event)
-    resume: threading.Event = field(default_factory=threading.Event)
-    finished: threading.Event = field(default_factory=threading.Event)
-    stopped_early: bool = False
-
-
-class FakeLocalLLM(LocalLLMHandler):
-    """A local model that plays one :class:`Script` per request (tools parsed from ``<code>``)."""
-
-    def __init__(self, *args: Any, scripts: list[Script], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.scripts = list(scripts)
-        self.played: list[Script] = []
-        self.requests: list[list[dict[str, Any]]] = []
-
-    def load(self) -> None:
-        pass
-
-    def stream(
-        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
-    ) -> Iterator[str]:
-        script = self.scripts.pop(0)
-        self.played.append(script)
-        self.requests.append(messages)
-        for i, delta in enumerate(script.deltas):
-            if script.raise_after == i:
-                raise ScriptError("the model crashed")
-            if script.pause_after == i:
-                script.paused.set()
-                script.resume.wait(WAIT_S)
-            if should_stop():
-                script.stopped_early = True
-                return
-            yield delta
-        script.finished.set()
-
-
 class RecordingCoordinator(PrefetchCoordinator):
     """A :class:`PrefetchCoordinator` that keeps every transaction it started."""
 
@@ -144,9 +84,9 @@ class RecordingCoordinator(PrefetchCoordinator):
 
 @dataclass
 class Stage:
-    """A :class:`FakeLocalLLM` running as a stage thread, and what it produced."""
+    """A :class:`FakeLLM` running as a stage thread, and what it produced."""
 
-    llm: FakeLocalLLM
+    llm: FakeLLM
     inq: StageQueue
     outq: StageQueue
     events: list[Event]
@@ -197,14 +137,11 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S
 @pytest.fixture
 def make_stage() -> Iterator[Callable[..., Stage]]:
     """Build a started LLM stage playing the given scripts; stopped at the end of the test."""
-    started: list[FakeLocalLLM] = []
+    started: list[FakeLLM] = []
 
     def build(*scripts: Script, start: bool = True) -> Stage:
-        gate, bus, events = Gate(), EventBus(), []
-        bus.subscribe(events.append)
         inq, outq = StageQueue(16), StageQueue(64)
-        config = LLMConfig(system_prompt="Be brief.", stream_batch_sentences=1)
-        llm = FakeLocalLLM(threading.Event(), inq, outq, gate, bus, config=config, scripts=list(scripts), name="llm")
+        llm, events = make_llm(*scripts, heeds_stop=True, inq=inq, outq=outq, set_up=False, name="llm")
         llm.prefetch = RecordingCoordinator()
         llm.tools = [WEATHER_TOOL]
         if start:
@@ -509,21 +446,6 @@ def weather_script() -> list[Reply]:
     ]
 
 
-@pytest.fixture(scope="module")
-def provider() -> Iterator[ResponsesServer]:
-    """The scripted ``/v1/responses`` endpoint the server's LLM talks to."""
-    with ResponsesServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def realtime(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
-    """The realtime server in process, its LLM being ``responses-api`` on the scripted endpoint."""
-    return realtime_servers(
-        "--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "test-model"
-    )
-
-
 def record_claims(session: RealtimeSession) -> list[bool]:
     """Wrap the session LLM's ``respond_or_claim``; the returned list gets each result (True: claimed)."""
     results: list[bool] = []
@@ -564,11 +486,11 @@ async def poll_until(condition: Callable[[], bool], what: str, timeout_s: float 
 
 
 @pytest.mark.models  # the server loads the embedded VAD, STT and TTS models
-def test_tool_loop_through_the_realtime_server(realtime: InProcessServer, provider: ResponsesServer) -> None:
+def test_tool_loop_through_the_realtime_server(server: InProcessServer, provider: ResponsesServer) -> None:
     provider.script(*weather_script())
 
     async def scenario() -> dict[str, Any]:
-        async with sdk_session(realtime) as (conn, log, session, claims):
+        async with sdk_session(server) as (conn, log, session, claims):
             await conn.session.update(
                 session={
                     "type": "realtime",
@@ -671,14 +593,14 @@ def test_tool_loop_through_the_realtime_server(realtime: InProcessServer, provid
 
 
 @pytest.mark.models  # the server loads the embedded VAD, STT and TTS models
-def test_output_and_response_create_back_to_back(realtime: InProcessServer, provider: ResponsesServer) -> None:
+def test_output_and_response_create_back_to_back(server: InProcessServer, provider: ResponsesServer) -> None:
     """The client sends the tool output and at once a plain response.create (its tool finished after
     the response holding the call was done). Whichever reaches the LLM first, the follow-up is
     generated once (claimed, or generated for the request), never twice, and history holds it once."""
     rounds = 3
 
     async def scenario() -> tuple[list[dict[str, Any]], list[int], list[str], list[bool]]:
-        async with sdk_session(realtime) as (conn, log, session, claims):
+        async with sdk_session(server) as (conn, log, session, claims):
             tools = [WEATHER_TOOL]
             update = {"type": "realtime", "tools": tools, "audio": {"input": {"turn_detection": None}}}
             await conn.session.update(session=update)  # type: ignore[arg-type]
@@ -744,16 +666,8 @@ def test_embedded_model_tool_call_keeps_the_pipeline_guarantees(
     tool_names = {tool["name"] for tool in sample.TOOLS}
     handler_cls = get_backend("llm", "llama-cpp").load_handler_class()
     inq, outq = StageQueue(16), StageQueue(64)
-    llm = handler_cls(
-        stop_event=threading.Event(),
-        input_queue=inq,
-        output_queue=outq,
-        gate=Gate(),
-        bus=EventBus(),
-        config=LlamaCppConfig(max_new_tokens=64, stream_batch_sentences=1),
-        device="cpu",
-        name="llm:llama-cpp",
-    )
+    config = LlamaCppConfig(max_new_tokens=64, stream_batch_sentences=1)
+    llm = new_stage(handler_cls, input_queue=inq, output_queue=outq, config=config, device="cpu", name="llm:llama-cpp")
     llm.setup()
     llm.tools = list(sample.TOOLS)
     llm.prefetch = PrefetchCoordinator()

@@ -3,32 +3,18 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 
 from speech_to_speech.cancel import Gate
 from speech_to_speech.events import EventBus
 from speech_to_speech.messages import AudioOutput, EndOfResponse, TTSInput
-from speech_to_speech.tts import BaseTTSHandler, TTSConfig, trim_leading_silence
-
-RATE = 1000  # Hz: 1 sample = 1 ms
-
-
-class FakeTTS(BaseTTSHandler):
-    """300 ms of silence, then 10 ms of sound per character; records what it was asked to say."""
-
-    def load(self) -> None:
-        self.sample_rate = RATE
-        self.asked: list[str] = []
-
-    def synthesize(self, text: str) -> Iterator[np.ndarray]:
-        self.asked.append(text)
-        yield np.zeros(300, dtype=np.float32)
-        yield np.full(10 * len(text), 0.5, dtype=np.float32)
+from speech_to_speech.tts import TTSConfig, trim_leading_silence
+from tests.fakes import FakeTTS
 
 
 def make_tts() -> tuple[FakeTTS, Gate]:
+    """A set-up :class:`FakeTTS` (300 ms of silence, then 10 ms of sound per character; 1 sample = 1 ms)."""
     gate = Gate()
     tts = FakeTTS(threading.Event(), None, None, gate, EventBus(), config=TTSConfig(tts_chunk_ms=100), name="tts")
     tts.setup()

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 
 import numpy as np
 import pytest
 
 from speech_to_speech.cancel import Gate
-from speech_to_speech.events import Event, EventBus, SpeechStarted, SpeechStopped, StageError
+from speech_to_speech.events import Event, SpeechStarted, SpeechStopped, StageError
 from speech_to_speech.messages import END_OF_STREAM, AudioChunk, SpeechSegment
-from speech_to_speech.queues import StageQueue
-from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE, BaseVADHandler, Endpoint, Endpointer, VADConfig
+from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE, Endpoint, Endpointer, VADConfig
+from tests.fakes import FakeVAD, VADRig, vad_chunks
 
 MS_PER_CHUNK = 1000 * CHUNK_SAMPLES / SAMPLE_RATE  # 32 ms
 
@@ -163,54 +162,18 @@ def test_threshold_must_be_a_probability() -> None:
 # -- the VAD stage ---------------------------------------------------------------------------
 
 
-class FakeVAD(BaseVADHandler):
-    """Scores each chunk with the value stored in its first sample."""
-
-    poll_s = 0.02
-
-    def load(self) -> None:
-        self.scored = 0
-
-    def speech_probability(self, chunk: np.ndarray) -> float:
-        assert len(chunk) == CHUNK_SAMPLES
-        self.scored += 1
-        return float(chunk[0])
-
-
-def audio(probabilities: list[float], per_item: int = 2) -> list[AudioChunk]:
-    """AudioChunks of ``per_item`` VAD chunks each, every VAD chunk filled with its probability."""
-    samples = np.repeat(np.asarray(probabilities, dtype=np.float32), CHUNK_SAMPLES)
-    size = per_item * CHUNK_SAMPLES
-    return [
-        AudioChunk(samples[start : start + size], SAMPLE_RATE, time.monotonic(), start)
-        for start in range(0, len(samples), size)
-    ]
-
-
 def run_vad(
     items: list[AudioChunk], config: VADConfig = CONFIG, gate: Gate | None = None
 ) -> tuple[list[object], list[Event], Gate, FakeVAD]:
-    stop, bus = threading.Event(), EventBus()
-    gate = gate or Gate()
-    events: list[Event] = []
-    bus.subscribe(events.append)
-    inq, outq = StageQueue(len(items) + 1), StageQueue(16)
-    for item in items:
-        inq.put(item)
-    inq.put(END_OF_STREAM)
-    vad = FakeVAD(stop, inq, outq, gate, bus, config=config, name="vad:fake")
-    vad.start()
-    vad.join(2.0)
-    assert not vad.is_alive(), "the VAD stage must end by itself after END_OF_STREAM"
-    out = []
-    while not outq.empty():
-        out.append(outq.get_nowait())
-    return out, events, gate, vad
+    """Run a :class:`FakeVAD` on ``items`` to the end of the stream: what it sent, its events, gate and stage."""
+    rig = VADRig.build(config, items, out_size=16, gate=gate)
+    out = rig.run(timeout_s=2.0)
+    return out, rig.events, rig.gate, rig.vad
 
 
 def test_vad_stage_emits_one_segment_with_fresh_turn() -> None:
     probabilities = [SILENCE] * 10 + [SPEECH] * 10 + [SILENCE] * 16
-    items = audio(probabilities)
+    items = vad_chunks(probabilities)
     out, events, gate, vad = run_vad(items)
 
     assert vad.scored == len(probabilities)  # 1024-sample items were re-blocked into 512-sample chunks
@@ -242,7 +205,7 @@ def test_vad_stage_emits_one_segment_with_fresh_turn() -> None:
 def test_vad_stage_new_turn_per_utterance_and_flush_at_end() -> None:
     probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 12 + [SPEECH] * 2 + [SILENCE] * 12 + [SPEECH] * 6
     no_grace = dataclasses.replace(CONFIG, turn_grace_ms=0)
-    out, events, _, _ = run_vad(audio(probabilities, per_item=3), no_grace)
+    out, events, _, _ = run_vad(vad_chunks(probabilities, per_item=3), no_grace)
     segments = [item for item in out if isinstance(item, SpeechSegment)]
     # the 2-chunk blip is noise; the last utterance is still in progress at the end and is flushed
     assert len(segments) == 2
@@ -255,7 +218,7 @@ def test_vad_stage_new_turn_per_utterance_and_flush_at_end() -> None:
 
 def test_vad_stage_reports_wrong_sample_rate() -> None:
     bad = AudioChunk(np.zeros(CHUNK_SAMPLES, dtype=np.float32), 8_000, time.monotonic())
-    out, events, _, _ = run_vad([bad, *audio([SPEECH] * 8)])
+    out, events, _, _ = run_vad([bad, *vad_chunks([SPEECH] * 8)])
     errors = [e for e in events if isinstance(e, StageError)]
     assert len(errors) == 1 and "16000" in errors[0].message
     assert sum(isinstance(item, SpeechSegment) for item in out) == 1  # it carried on
@@ -264,7 +227,7 @@ def test_vad_stage_reports_wrong_sample_rate() -> None:
 def test_speech_resuming_within_grace_reopens_the_turn() -> None:
     # 12 silent chunks end the first utterance; speech resumes 2 chunks (64 ms) later
     probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 14 + [SPEECH] * 6 + [SILENCE] * 14
-    out, events, gate, _ = run_vad(audio(probabilities), dataclasses.replace(CONFIG, turn_grace_ms=500))
+    out, events, gate, _ = run_vad(vad_chunks(probabilities), dataclasses.replace(CONFIG, turn_grace_ms=500))
     segments = [item for item in out if isinstance(item, SpeechSegment)]
     assert len(segments) == 2
     first, second = segments
@@ -280,7 +243,7 @@ def test_speech_after_grace_is_a_new_turn_and_barges_in() -> None:
     gate = Gate()
     earlier = gate.new_turn_stamp()  # e.g. a reply still being spoken
     probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 40 + [SPEECH] * 6 + [SILENCE] * 14
-    out, _, gate, _ = run_vad(audio(probabilities), dataclasses.replace(CONFIG, turn_grace_ms=300), gate)
+    out, _, gate, _ = run_vad(vad_chunks(probabilities), dataclasses.replace(CONFIG, turn_grace_ms=300), gate)
     segments = [item for item in out if isinstance(item, SpeechSegment)]
     assert len(segments) == 2 and segments[0].stamp.turn_id != segments[1].stamp.turn_id
     assert not gate.admits(earlier)  # speech start bumped the generation
@@ -291,5 +254,5 @@ def test_no_barge_in_when_interrupt_response_is_off() -> None:
     gate = Gate()
     earlier = gate.new_turn_stamp()
     probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 14
-    run_vad(audio(probabilities), dataclasses.replace(CONFIG, interrupt_response=False), gate)
+    run_vad(vad_chunks(probabilities), dataclasses.replace(CONFIG, interrupt_response=False), gate)
     assert gate.admits(earlier)

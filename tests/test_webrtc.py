@@ -21,7 +21,7 @@ import time
 import typing
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -41,9 +41,9 @@ from speech_to_speech.realtime.media import MEDIA_RATE
 from speech_to_speech.realtime.server import ssl_context
 from speech_to_speech.realtime.webrtc import EVENTS_CHANNEL
 from speech_to_speech.realtime.webrtc_client import CallError, WebRTCClient
-from tests.helpers import two_short_clips
-from tests.realtime_harness import InProcessServer
-from tests.responses_server import Reply, ResponsesServer, Text
+from tests.helpers import responses_api_flags, two_short_clips
+from tests.realtime_harness import InProcessServer, transcription_of
+from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
 from tests.speech_utils import normalize, word_error_rate
 from tests.turn_harness import synthesize
 
@@ -59,19 +59,6 @@ TRAILING_SILENCE_S = 1.5
 LOUD_RMS = 0.01
 API_KEY = "s2s-webrtc-key"
 SHORT_REPLY = Reply([Text(["Hello there, ", "this is the scripted reply. ", "It has two sentences."])])
-LONG_REPLY = Reply(
-    [
-        Text(
-            [
-                "Once upon a time there was a small village by the sea. ",
-                "Every morning the fishermen rowed out before the sun came up. ",
-                "They sang old songs while they pulled their nets. ",
-                "In the evening the whole village gathered by the fire to share the catch. ",
-                "The children listened to stories until they fell asleep.",
-            ]
-        )
-    ]
-)
 CLIP_A, CLIP_B = two_short_clips()
 
 
@@ -81,28 +68,12 @@ def run(scenario: Coroutine[Any, Any, Any], timeout_s: float = SCENARIO_S) -> An
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[ResponsesServer]:
-    """The scripted ``/v1/responses`` endpoint the servers' LLM talks to."""
-    with ResponsesServer() as server:
-        server.script(SHORT_REPLY)
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
-    """The realtime server in process, its LLM the scripted endpoint."""
-    return realtime_servers(
-        "--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "test-model"
-    )
-
-
-@pytest.fixture(scope="module")
 def guarded(
     server: InProcessServer, provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]
 ) -> InProcessServer:
-    """A second server with an API key and one session at most (the models are already loaded)."""
-    flags = ("--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "m")
-    return realtime_servers(*flags, "--api_key", API_KEY, "--max_sessions", "1", warm_up=False)
+    """A second server with an API key and one session at most (the models are already loaded by ``server``)."""
+    guard = ("--api_key", API_KEY, "--max_sessions", "1")
+    return realtime_servers(*responses_api_flags(provider.base_url, "m"), *guard, warm_up=False)
 
 
 def base_url(srv: InProcessServer) -> str:
@@ -133,6 +104,22 @@ def clip_48k(path: Any, trailing_s: float = TRAILING_SILENCE_S) -> np.ndarray:
 def loud_times(client: WebRTCClient, start: float = 0.0, end: float = float("inf")) -> list[float]:
     """Receipt times of the received frames with assistant speech in them, within [start, end]."""
     return [t for t, s in client.received if start <= t <= end and float(np.sqrt(np.mean(s**2))) > LOUD_RMS]
+
+
+async def a_second_into_the_reply(client: WebRTCClient, srv: InProcessServer, clip: Any) -> tuple[Any, str]:
+    """Once the session is created, say ``clip`` (2 s of silence after it) and wait until a second of
+    the reply's audio has been heard; the server's session and the reply's id."""
+    created = await client.log.wait_for("session.created", WAIT_S)
+    session = srv.session(created["session"]["id"])
+    client.say(clip_48k(clip, 2.0))
+    started = await client.log.wait_for("output_audio_buffer.started", WAIT_S)
+    await asyncio.sleep(1.0)  # a second of the reply is heard
+    return session, started["response_id"]
+
+
+def is_done(event: dict[str, Any], response_id: str) -> bool:
+    """``event`` is the ``response.done`` of response ``response_id``."""
+    return event["type"] == "response.done" and event["response"]["id"] == response_id
 
 
 def _server_event_models() -> dict[str, type[pydantic.BaseModel]]:
@@ -280,35 +267,21 @@ def test_spoken_turn_over_webrtc(server: InProcessServer, provider: ResponsesSer
 def test_barge_in_over_webrtc_cuts_the_audio_and_keeps_what_was_heard(
     server: InProcessServer, provider: ResponsesServer
 ) -> None:
-    provider.script(LONG_REPLY)
+    provider.script(STORY_REPLY)
     (clip_a, _), (clip_b, reference_b) = CLIP_A, CLIP_B
 
     async def scenario() -> dict[str, Any]:
         client = await WebRTCClient.connect(base_url(server))
         log = client.log
         try:
-            created = await log.wait_for("session.created", WAIT_S)
-            session = server.session(created["session"]["id"])
-            client.say(clip_48k(clip_a, 2.0))
-            started = await log.wait_for("output_audio_buffer.started", WAIT_S)
-            reply_1 = started["response_id"]
-            await asyncio.sleep(1.0)  # a second of the reply is heard
+            session, reply_1 = await a_second_into_the_reply(client, server, clip_a)
             barge_in = len(log.events)
             client.say(clip_48k(clip_b))
             speech_b = await log.wait_for("input_audio_buffer.speech_started", WAIT_S, since=barge_in)
             speech_b_at = log.times[log.index(speech_b)]
-            done_1 = await log.wait_for(
-                lambda e: e["type"] == "response.done" and e["response"]["id"] == reply_1, WAIT_S, what="reply 1 done"
-            )
+            done_1 = await log.wait_for(lambda e: is_done(e, reply_1), WAIT_S, what="reply 1 done")
             cleared = await log.wait_for("output_audio_buffer.cleared", WAIT_S, since=barge_in)
-            transcript_b = await log.wait_for(
-                lambda e: (
-                    e["type"] == "conversation.item.input_audio_transcription.completed"
-                    and e["item_id"] == speech_b["item_id"]
-                ),
-                WAIT_S,
-                what="B's transcription",
-            )
+            transcript_b = await transcription_of(log, speech_b, WAIT_S, "B's transcription")
             started_2 = await log.wait_for("output_audio_buffer.started", WAIT_S, since=barge_in)
             started_2_at = log.times[log.index(started_2)]
             return {
@@ -329,7 +302,7 @@ def test_barge_in_over_webrtc_cuts_the_audio_and_keeps_what_was_heard(
     heard = str(next(i for i in r["history"] if i.get("role") == "assistant")["content"])
     assert heard.endswith(INTERRUPTION_MARKER.strip()), heard
     heard_words = normalize(heard[: -len(INTERRUPTION_MARKER.strip())])
-    full = normalize(LONG_REPLY.output[0].text)
+    full = normalize(STORY_REPLY.output[0].text)
     assert heard_words and full[: len(heard_words)] == heard_words and len(heard_words) < len(full), heard
     assert word_error_rate(reference_b, r["transcript_b"]) <= 0.5, (reference_b, r["transcript_b"])
     server.wait_until_idle()
@@ -338,7 +311,7 @@ def test_barge_in_over_webrtc_cuts_the_audio_and_keeps_what_was_heard(
 def test_a_backchannel_over_webrtc_pauses_the_voice_and_the_reply_goes_on(
     server: InProcessServer, provider: ResponsesServer
 ) -> None:
-    provider.script(LONG_REPLY)
+    provider.script(STORY_REPLY)
     (clip_a, _), _ = CLIP_A, CLIP_B
     yeah = soxr.resample(synthesize("Yeah."), 16_000, MEDIA_RATE).astype(np.float32)
 
@@ -346,17 +319,10 @@ def test_a_backchannel_over_webrtc_pauses_the_voice_and_the_reply_goes_on(
         client = await WebRTCClient.connect(base_url(server))
         log = client.log
         try:
-            created = await log.wait_for("session.created", WAIT_S)
-            session = server.session(created["session"]["id"])
-            client.say(clip_48k(clip_a, 2.0))
-            started = await log.wait_for("output_audio_buffer.started", WAIT_S)
-            reply_1 = started["response_id"]
-            await asyncio.sleep(1.0)  # a second of the reply is heard
+            session, reply_1 = await a_second_into_the_reply(client, server, clip_a)
             began = await client.sent()  # the backchannel's first sample leaves now
             client.say(np.concatenate([yeah, np.zeros(round(1.5 * MEDIA_RATE), np.float32)]))
-            done_1 = await log.wait_for(
-                lambda e: e["type"] == "response.done" and e["response"]["id"] == reply_1, WAIT_S, what="reply 1 done"
-            )
+            done_1 = await log.wait_for(lambda e: is_done(e, reply_1), WAIT_S, what="reply 1 done")
             await asyncio.sleep(0.5)
             loud = loud_times(client, began - 0.5, began + 3.0)
             return {
@@ -380,9 +346,9 @@ def test_a_backchannel_over_webrtc_pauses_the_voice_and_the_reply_goes_on(
     # the reply went on to its end and history holds all of it, each word once, and no backchannel
     history = [(i.get("role"), str(i.get("content"))) for i in r["history"] if i.get("type", "message") == "message"]
     assert [role for role, _ in history] == ["user", "assistant"], history
-    assert normalize(history[1][1]) == normalize(LONG_REPLY.output[0].text), history[1]
+    assert normalize(history[1][1]) == normalize(STORY_REPLY.output[0].text), history[1]
     transcript = next(e for e in r["events"] if e["type"] == "response.output_audio_transcript.done")["transcript"]
-    assert normalize(transcript) == normalize(LONG_REPLY.output[0].text), transcript
+    assert normalize(transcript) == normalize(STORY_REPLY.output[0].text), transcript
     server.wait_until_idle()
 
 
@@ -465,7 +431,7 @@ def test_api_key_and_max_sessions_guard_the_calls(guarded: InProcessServer) -> N
 
 
 def test_output_audio_buffer_clear_cuts_the_reply(server: InProcessServer, provider: ResponsesServer) -> None:
-    provider.script(LONG_REPLY)
+    provider.script(STORY_REPLY)
 
     async def scenario() -> dict[str, Any]:
         client = await WebRTCClient.connect(base_url(server))
@@ -511,8 +477,8 @@ def test_https_and_wss_with_a_certificate(
     request = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
     names = ["-addext", "subjectAltName=IP:127.0.0.1"]
     subprocess.run([*request, *names, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    flags = ("--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url, "--model_name", "m")
-    secure = realtime_servers(*flags, "--ssl_certfile", str(cert), "--ssl_keyfile", str(key), warm_up=False)
+    tls = ("--ssl_certfile", str(cert), "--ssl_keyfile", str(key))
+    secure = realtime_servers(*responses_api_flags(provider.base_url, "m"), *tls, warm_up=False)
     trusted = ssl.create_default_context(cafile=str(cert))
     base = f"https://127.0.0.1:{secure.port}"
 

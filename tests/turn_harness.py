@@ -5,10 +5,10 @@
 * :func:`offline_endpoints`: the real VAD stage (Silero, and Smart Turn unless told
   otherwise) fed a recording chunk by chunk, faster than real time, with the endpoint
   delay measured on the stream's own timeline (plus the model's real compute time);
-* :class:`ScriptedLLM`: answers a question with a long fixed reply (so there is a reply to
-  talk over) and anything else with a short one quoting it;
-* :class:`TurnRun`: the local pipeline on a scripted real-time input, recording its events
-  and every chunk of audio delivered to the sink.
+* :class:`TurnRun`: the local pipeline on a scripted real-time input
+  (:class:`~tests.fakes.ScriptedSource`), recording its events and every chunk of audio
+  delivered to the sink; its LLM is :class:`~tests.fakes.ScriptedLLM` unless told (a long fixed
+  reply to a question, so there is a reply to talk over, and a short one quoting anything else).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,27 +23,41 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from speech_to_speech.audio_io import StreamClock, load_audio
+from speech_to_speech.audio_io import load_audio
 from speech_to_speech.cancel import Gate, Stamp
 from speech_to_speech.cli import parse_args
 from speech_to_speech.events import Event, EventBus, SpeechStopped, StageError
-from speech_to_speech.handler import BaseHandler
-from speech_to_speech.llm import LLMConfig
 from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.messages import END_OF_STREAM, AudioChunk, AudioOutput
+from speech_to_speech.messages import AudioChunk, AudioOutput
 from speech_to_speech.pipeline import Pipeline, build_pipeline
 from speech_to_speech.queues import StageQueue
-from speech_to_speech.registry import Backend, register
 from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE, VADConfig
+from tests.fakes import LONG_REPLY, ScriptedLLM, ScriptedSource
 from tests.helpers import BusLog
 from tests.speech_utils import librivox_clips
 
-#: the reply :class:`ScriptedLLM` gives to a question (about 9 s of speech with the embedded voice)
-LONG_REPLY = (
-    "Paris is the capital of France, and it has been for a very long time. "
-    "It sits on the river Seine, in the north of the country, and about two million people live there."
-)
-#: a longer one (about 19 s), for several backchannels in one reply
+__all__ = [
+    "CONTINUES",
+    "LONGER_REPLY",
+    "LONG_REPLY",
+    "QUESTION",
+    "SPEECH_LEVEL",
+    "Cut",
+    "Delivery",
+    "OfflineEndpoint",
+    "ScriptedLLM",
+    "ScriptedSource",
+    "TurnRun",
+    "librivox_speech",
+    "mid_phrase_cuts",
+    "offline_endpoints",
+    "silence",
+    "speech_bounds",
+    "speech_only",
+    "synthesize",
+]
+
+#: a longer reply than :data:`LONG_REPLY` (about 19 s), for several backchannels in one reply
 LONGER_REPLY = (
     f"{LONG_REPLY} The city is famous for its museums, its cafes and its wide old streets. "
     "Many visitors come every year to see the tower, the cathedral and the gardens along the river."
@@ -230,88 +243,6 @@ def offline_endpoints(samples: np.ndarray, flags: list[str] | None = None) -> li
 # -- the pipeline on scripted input ------------------------------------------------------------------
 
 
-class ScriptedLLM(LocalLLMHandler):
-    """Answers a question (text with "capital") with :attr:`long_reply`, anything else with
-    "You said: <text>.". Instant and deterministic, so what history holds can be checked exactly.
-
-    Attributes:
-        heard: the user text of every request, in order.
-        long_reply: the answer to a question (a class attribute: the pipeline builds the stage).
-    """
-
-    heard: list[str]
-    long_reply = LONG_REPLY
-
-    def load(self) -> None:
-        self.heard = []
-
-    def stream(
-        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
-    ) -> Iterator[str]:
-        text = str(messages[-1].get("content", ""))
-        self.heard.append(text)
-        reply = self.long_reply if "capital" in text.lower() else f"You said: {text.strip().rstrip('.')}."
-        for word in reply.split(" "):
-            if should_stop():
-                return
-            yield word + " "
-
-
-register(Backend("turn-script", "llm", LLMConfig, "tests.turn_harness:ScriptedLLM", summary="test"))
-
-
-class ScriptedSource(BaseHandler):
-    """Plays ``parts`` on one real-time stream: an array is played, a callable is silence until it
-    returns True (at most ``wait_s``), then the end of the stream.
-
-    Attributes:
-        marks: for each part, the stream offsets (samples) where it started and ended.
-        waited_out: a condition was not met in time.
-    """
-
-    def __init__(self, *args: Any, parts: list[Any], clock: StreamClock, wait_s: float = 60.0, **kwargs: Any) -> None:
-        super().__init__(*args, input_queue=None, **kwargs)
-        self.parts = parts
-        self.clock = clock
-        self.wait_s = wait_s
-        self.offset = 0
-        self.marks: list[tuple[int, int]] = []
-        self.waited_out = False
-
-    def _send(self, chunk: np.ndarray) -> bool:
-        due = self.clock.start + (self.offset + len(chunk)) / SAMPLE_RATE
-        if due > time.monotonic() and self.stop_event.wait(due - time.monotonic()):
-            return False
-        sent = self.emit(AudioChunk(chunk, SAMPLE_RATE, time.monotonic(), self.offset))
-        self.offset += len(chunk)
-        return sent
-
-    def wall_time(self, offset: int) -> float:
-        """Monotonic time at which stream sample ``offset`` was due."""
-        return self.clock.start + offset / SAMPLE_RATE
-
-    def _loop(self) -> None:
-        self.clock.restart()
-        quiet = np.zeros(CHUNK_SAMPLES, dtype=np.float32)
-        for part in self.parts:
-            begin = self.offset
-            if callable(part):
-                deadline = time.monotonic() + self.wait_s
-                while not part():
-                    if time.monotonic() > deadline:
-                        self.waited_out = True
-                        break
-                    if not self._send(quiet):
-                        return
-            else:
-                for i in range(0, len(part), CHUNK_SAMPLES):
-                    if not self._send(part[i : i + CHUNK_SAMPLES]):
-                        return
-            self.marks.append((begin, self.offset))
-        assert self.output_queue is not None
-        self.output_queue.put_unless_stopped(END_OF_STREAM, self.stop_event)
-
-
 @dataclass
 class Delivery:
     """A chunk handed to the sink's output: when, its stamp and its play interval (monotonic s)."""
@@ -327,6 +258,13 @@ class TurnRun:
     """The local pipeline (scripted LLM unless told) on a scripted real-time input.
 
     Attributes:
+        tmp_path: where the input and output files go.
+        flags: more command-line flags.
+        llm: the LLM backend.
+        run_limit_s: the whole run is stopped after this, s.
+        audio: the input file's audio (16 kHz), played by the file source unless :meth:`script`
+            replaces it; None: 0.1 s of silence.
+        deliveries: every chunk handed to the sink's output.
         pauses: monotonic times at which the sink paused.
     """
 
@@ -334,10 +272,11 @@ class TurnRun:
     flags: list[str] = field(default_factory=list)
     llm: str = "turn-script"
     run_limit_s: float = 300.0
+    audio: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         path = self.tmp_path / "in.wav"
-        sf.write(str(path), silence(0.1), SAMPLE_RATE)
+        sf.write(str(path), silence(0.1) if self.audio is None else self.audio, SAMPLE_RATE)
         argv = ["--input_audio", str(path), "--output_audio", str(self.tmp_path / "out.wav")]
         self.args = parse_args([*argv, "--llm_backend", self.llm, *self.flags])
         self.bus = EventBus()

@@ -1,0 +1,100 @@
+"""Spoken questions that need a tool, through the real STT and the embedded 1.5B with the sample tools.
+
+espeak-ng says each question, the embedded Whisper tiny.en transcribes it, and the llama.cpp stage
+(Qwen2.5-Coder-1.5B-Instruct, the voice system prompt with its tool rules, the model's tool-call
+threshold) answers the transcript as a spoken turn. Before the threshold and the tool rules, the
+1.5B answered the time and sums from memory ("The current date and time in Tokyo is
+2023-10-05T14:30:00+09:00"); a question no tool serves must still get no call.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from handlers.llm.embedded import EMBEDDED_MODELS
+from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
+from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
+from tests.helpers import REPO_ROOT, load_module, new_stage
+
+pytestmark = [
+    pytest.mark.models,
+    pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
+    pytest.mark.skipif(
+        not all(importlib.util.find_spec(part) for part in EMBEDDED_MODELS["qwen2.5-coder-1.5b"].parts),
+        reason="the llm-1-5b extra is not installed",
+    ),
+]
+
+#: question -> the call it needs (name, arguments), or None for no call
+QUESTIONS: dict[str, tuple[str, dict[str, Any]] | None] = {
+    "What time is it in Tokyo?": ("get_time", {"timezone": "Asia/Tokyo"}),
+    "Can you add seventeen and twenty five?": ("add", {"a": 17, "b": 25}),
+    "What is the capital of France?": None,
+}
+
+
+def spoken(text: str, folder: Path) -> np.ndarray:
+    """``text`` said by espeak-ng (US English), as 16 kHz mono float32 samples."""
+    path = folder / "say.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "165", "-w", str(path), text], check=True)
+    samples, rate = sf.read(path, dtype="float32")
+    return soxr.resample(samples, rate, 16_000).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def transcripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from faster_whisper import WhisperModel
+
+    from handlers.stt.faster_whisper_stt import embedded_model_path
+
+    folder = tmp_path_factory.mktemp("speech")
+    whisper = WhisperModel(embedded_model_path(), device="cpu", compute_type="int8")
+    heard = {}
+    for question in QUESTIONS:
+        segments, _ = whisper.transcribe(spoken(question, folder), language="en", beam_size=1)
+        heard[question] = " ".join(segment.text.strip() for segment in segments)
+    return heard
+
+
+@pytest.fixture(scope="module")
+def llm() -> Any:
+    from speech_to_speech.registry import get_backend
+
+    config = get_backend("llm", "llama-cpp").config_cls(llm_model="qwen2.5-coder-1.5b", first_token_timeout_s=0)
+    stage = new_stage(LlamaCppLLMHandler, config=config, name="llm:llama-cpp")
+    stage.setup()
+    stage.tools = list(load_module(REPO_ROOT / "scripts" / "sample_tools.py", "sample_tools").TOOLS)
+    yield stage
+    stage.stop_event.set()
+    stage.cleanup()
+
+
+@pytest.mark.parametrize("question", list(QUESTIONS))
+def test_a_spoken_question_calls_the_tool_it_needs(question: str, transcripts: dict[str, str], llm: Any) -> None:
+    heard = transcripts[question]
+    llm.chat.reset()
+    calls, said = [], ""
+    for out in llm.process(Transcript(llm.gate.new_turn_stamp(), heard, wants_audio=True)):
+        if isinstance(out, ToolCallRequest):
+            calls.append((out.name, json.loads(out.arguments)))
+        elif isinstance(out, TTSInput):
+            said += out.text
+    expected = QUESTIONS[question]
+    if expected is None:
+        assert calls == [], f"heard {heard!r}, called {calls}"
+        assert "paris" in said.lower(), f"heard {heard!r}, said {said!r}"
+        return
+    name, arguments = expected
+    assert [call[0] for call in calls] == [name], f"heard {heard!r}, said {said!r}"
+    made = {key: value for key, value in calls[0][1].items() if value not in (None, "")}
+    assert made == arguments, f"heard {heard!r}"

@@ -8,6 +8,11 @@ sandbox), tools included: the model gets them the way it was trained to, and
 its calls are read whether it writes ``<tool_call>`` tags, a code fence or bare
 JSON (:class:`~speech_to_speech.tools.json_calls.JsonCallExtractor`).
 
+Two logits processors shape a reply: a spoken reply to the user gets the echo guard
+(:mod:`handlers.llm.echo_guard`), and, when tools are offered and the model has one (the embedded
+table's ``call_threshold``), a tool-call threshold (:mod:`handlers.llm.call_threshold`). Embedded
+models marked ``compact_prompt`` (the 0.5B) get the compact voice system prompt.
+
 Prompt reuse: llama.cpp keeps the KV cache of the previous request and
 evaluates only the tokens after the longest common prefix. The system prompt is
 evaluated at start-up, and history is serialised the same way every turn, so a

@@ -178,11 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     _report_native_crashes()
     args = parse_args(argv)
     if args.print_system_prompt:
-        from handlers.llm.embedded import embedded_model
+        from handlers.llm.embedded import wants_compact_prompt
         from speech_to_speech.prompts import build_voice_system_prompt
 
-        model = embedded_model(args.llm_model or "") if args.llm_backend == "llama-cpp" else None
-        print(build_voice_system_prompt(args.system_prompt, compact=model is not None and model.compact_prompt))
+        local = args.llm_backend in ("llama-cpp", "transformers", "mlx-lm")  # they run the embedded models
+        compact = local and wants_compact_prompt(args.llm_model or "")
+        print(build_voice_system_prompt(args.system_prompt, compact=compact))
         return 0
     setup_logging(args.log_level)
     bus = EventBus()

@@ -146,6 +146,13 @@ def embedded_model(spec: str) -> EmbeddedModel | None:
     return EMBEDDED_MODELS[DEFAULT_MODEL] if not name else EMBEDDED_MODELS.get(name)
 
 
+def wants_compact_prompt(spec: str) -> bool:
+    """Whether the model ``--llm_model spec`` names is an embedded one marked ``compact_prompt``
+    (it follows the compact voice prompt better; whatever engine runs it)."""
+    model = embedded_model(spec)
+    return model is not None and model.compact_prompt
+
+
 def _model(model: EmbeddedModel | str | None) -> EmbeddedModel:
     """``model`` as an :class:`EmbeddedModel` (None: the default; a string: a short name)."""
     if isinstance(model, EmbeddedModel):

@@ -70,7 +70,7 @@ from typing import Any
 # every spoken run failed so). Once imported, its lazy submodule imports are safe from any thread.
 import transformers  # noqa: F401
 
-from handlers.llm.embedded import resolve_model
+from handlers.llm.embedded import resolve_model, wants_compact_prompt
 from handlers.llm.llama_cpp_llm import PromptStats
 from speech_to_speech.local_llm import LocalLLMHandler
 from speech_to_speech.shared import shared_model
@@ -297,6 +297,7 @@ class MLXLMHandler(LocalLLMHandler):
         bind_optimised_blas()
         from mlx_lm import load
 
+        self.compact_voice_prompt = wants_compact_prompt(self.config.llm_model or "")
         source = resolve_model(self.config.llm_model)
         self.model, self.tokenizer = shared_model(("mlx-lm", source), lambda: load(source))
         # one generation at a time per process: MLX streams are not shared across threads

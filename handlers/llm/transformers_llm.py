@@ -12,7 +12,7 @@ from typing import Any
 # a half-initialised module ("cannot import name 'WhisperFeatureExtractor' from 'transformers'")
 import transformers  # noqa: F401
 
-from handlers.llm.embedded import resolve_model
+from handlers.llm.embedded import resolve_model, wants_compact_prompt
 from speech_to_speech.local_llm import LocalLLMHandler
 from speech_to_speech.shared import shared_model
 
@@ -42,6 +42,7 @@ class TransformersLLMHandler(LocalLLMHandler):
 
         hf_logging.disable_progress_bar()  # progress goes through our logging, not tqdm bars
         self._torch = torch
+        self.compact_voice_prompt = wants_compact_prompt(self.config.llm_model or "")
         source = resolve_model(self.config.llm_model)
         dtype = torch.float16 if self.device == "cuda" else torch.float32
 

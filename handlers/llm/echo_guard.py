@@ -80,26 +80,26 @@ class EchoGuard:
     ) -> None:
         self.prompt_length = prompt_length
         self.opening = np.array(sorted(opening), dtype=np.int64)
-        self.user_tokens = list(user_tokens)
-        self.numeric = numeric
         self.max_run = max_run
+        # every run of max_run user tokens without a digit -> the tokens that follow it there (not
+        # digits): built once per reply, so each generated token costs one dict lookup
+        self._follows: dict[tuple[int, ...], set[int]] = {}
+        user = list(user_tokens)
+        for i in range(len(user) - max_run if max_run > 0 else 0):
+            run, after = tuple(user[i : i + max_run]), user[i + max_run]
+            if after not in numeric and not numeric.intersection(run):
+                self._follows.setdefault(run, set()).add(after)
 
     def banned(self, completion: Sequence[int]) -> set[int]:
         """The tokens that may not come next after ``completion`` (the reply's tokens so far)."""
-        if not completion:
+        if not len(completion):
             return {int(token) for token in self.opening}
-        run = self.max_run
-        if run <= 0 or len(completion) < run or len(self.user_tokens) <= run:
+        if len(completion) < self.max_run or not self._follows:
             return set()
-        tail = list(completion[-run:])
-        if any(token in self.numeric for token in tail):
-            return set()
-        user = self.user_tokens
-        follows = {user[i + run] for i in range(len(user) - run) if user[i : i + run] == tail}
-        return follows - self.numeric
+        return self._follows.get(tuple(int(t) for t in completion[-self.max_run :]), set())
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
-        banned = self.banned([int(t) for t in input_ids[self.prompt_length :]])
+        banned = self.banned(input_ids[self.prompt_length :])
         if banned:
             scores[np.fromiter(banned, dtype=np.int64)] = -np.inf
         return scores

@@ -44,7 +44,7 @@ from llama_cpp import LogitsProcessorList
 
 from handlers.llm.call_threshold import CallThreshold, opener_tokens
 from handlers.llm.echo_guard import EchoGuard, opening_tokens
-from handlers.llm.embedded import embedded_model, resolve_gguf, wants_compact_prompt
+from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill
 from speech_to_speech.events import Event, UserTranscriptDelta
 from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta, Usage
@@ -323,7 +323,7 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         model = embedded_model(self.config.llm_model or "")
         #: the tool-call threshold of the model (None: none; see :mod:`handlers.llm.call_threshold`)
         self.call_threshold = model.call_threshold if model is not None else None
-        self.compact_voice_prompt = wants_compact_prompt(self.config.llm_model or "")
+        self.compact_voice_prompt = model is not None and model.compact_prompt
         self.last_prompt: PromptStats | None = None
         self.prompts: collections.deque[PromptStats] = collections.deque(maxlen=PROMPTS_KEPT)
         # the system prompt of a plain spoken reply goes into the KV cache now, not on the first turn

@@ -299,11 +299,11 @@ def build_handler(stage: str, args: Any) -> Any:
     It has a fresh ``Gate`` (see its ``gate`` attribute) and ``EventBus`` and no queues;
     call ``setup()``, then use the backend's methods (``transcribe``, ``process``, ``synthesize``).
     """
-    from speech_to_speech.cancel import Gate
-    from speech_to_speech.cli import config_from_args
-    from speech_to_speech.events import EventBus
-    from speech_to_speech.pipeline import resolve_device
-    from speech_to_speech.registry import get_backend
+    from speech_to_speech.core.cancel import Gate
+    from speech_to_speech.core.events import EventBus
+    from speech_to_speech.pipeline.builder import resolve_device
+    from speech_to_speech.pipeline.cli import config_from_args
+    from speech_to_speech.pipeline.registry import get_backend
 
     name = {"vad": args.vad, "stt": args.stt, "llm": args.llm_backend, "tts": args.tts}[stage]
     backend = get_backend(stage, name)

@@ -185,9 +185,9 @@ def run_pipeline(result: ClipResult, clip: Path, extra: list[str], workdir: Path
 
 def measure_compute(results: list[ClipResult], clips: list[Path], extra: list[str]) -> str | None:
     """Fill in STT, LLM and TTS times per clip; returns an error line, or None."""
-    from speech_to_speech.audio_io import load_audio
-    from speech_to_speech.cli import parse_args
-    from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
+    from speech_to_speech.core.messages import EndOfResponse, Transcript, TTSInput
+    from speech_to_speech.pipeline.cli import parse_args
+    from speech_to_speech.speech.audio_io import load_audio
 
     args = parse_args(["--input_audio", str(clips[0]), "--output_audio", "unused.wav", *extra])
     try:
@@ -330,7 +330,7 @@ def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[st
         rows = [[i["mode"], cell(i["cpu_pct"], 1), cell(i["rss_mb"], 0), i["error"] or ""] for i in idle]
         print_table(["mode", "CPU % of a core", "RSS MB", "note"], rows)
 
-    from speech_to_speech.cli import parse_args
+    from speech_to_speech.pipeline.cli import parse_args
 
     silence = parse_args(["--input_text", "x", *extra]).min_silence_ms
     v2v = percentile([r.v2v_ms for r in results if r.v2v_ms is not None], 50)
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(own)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
-    from speech_to_speech.cli import parse_args
+    from speech_to_speech.pipeline.cli import parse_args
 
     parse_args(["--input_audio", "clip.wav", "--output_audio", "out.wav", *extra])  # bad flags fail here, once
     clips = find_clips(args.clips_dir)[: args.limit]

@@ -4,7 +4,7 @@ Every backend answers the same fixed set of short voice-assistant prompts
 (:data:`PROMPTS`), driven exactly as the pipeline drives its LLM stage: the handler
 class from the registry is built with a fresh ``Gate`` and ``EventBus``,
 :meth:`setup` is called once, and each prompt is a fresh
-:class:`~speech_to_speech.messages.Transcript` (a new turn stamp) whose
+:class:`~speech_to_speech.core.messages.Transcript` (a new turn stamp) whose
 :meth:`process` generator is consumed to its :class:`EndOfResponse`. The
 conversation history is reset before every prompt, so prompts are independent::
 
@@ -217,7 +217,7 @@ class TurnProbe:
 
     def on_event(self, event: Any) -> None:
         """EventBus subscriber: note request start and first-token latency."""
-        from speech_to_speech.events import FirstToken, ResponseStarted
+        from speech_to_speech.core.events import FirstToken, ResponseStarted
 
         if isinstance(event, ResponseStarted):
             self.start = event.time
@@ -237,7 +237,7 @@ def instrument_events(handler: Any, probe: TurnProbe) -> None:
     in place of the backend's method; events pass through unchanged and the inner
     generator is closed when the wrapper is.
     """
-    from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta
+    from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta
 
     original: Callable[[LLMRequest, Callable[[], bool]], Iterator[ProviderEvent]] = handler.events
 
@@ -292,7 +292,7 @@ def run_turn(handler: Any, gate: Any, probe: TurnProbe, prompt: str, tokenizer_f
     ``tokenizer_file`` counts the output tokens when the backend reports no usage
     and has no tokenizer of its own (see :func:`count_tokens`).
     """
-    from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
+    from speech_to_speech.core.messages import EndOfResponse, Transcript, TTSInput
 
     handler.chat.reset()
     probe.reset()
@@ -325,7 +325,7 @@ def run_turn(handler: Any, gate: Any, probe: TurnProbe, prompt: str, tokenizer_f
 
 def build_config(spec: ChildSpec, config_cls: type) -> Any:
     """The backend's config dataclass filled from ``spec``."""
-    from speech_to_speech.llm_api import OpenAICompatibleConfig
+    from speech_to_speech.llm.api import OpenAICompatibleConfig
 
     kwargs: dict[str, Any] = {"llm_model": spec.llm_model, "max_new_tokens": spec.max_new_tokens}
     if issubclass(config_cls, OpenAICompatibleConfig):
@@ -340,9 +340,9 @@ def build_config(spec: ChildSpec, config_cls: type) -> Any:
 
 def benchmark_backend(spec: ChildSpec) -> BackendResult:
     """Load one backend and run the prompts through it (in this process)."""
-    from speech_to_speech.cancel import Gate
-    from speech_to_speech.events import EventBus
-    from speech_to_speech.registry import get_backend
+    from speech_to_speech.core.cancel import Gate
+    from speech_to_speech.core.events import EventBus
+    from speech_to_speech.pipeline.registry import get_backend
 
     result = BackendResult(spec.backend)
     gate, bus, probe = Gate(), EventBus(), TurnProbe()
@@ -689,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
         return child_main(args.child)
-    from speech_to_speech.registry import REGISTRY
+    from speech_to_speech.pipeline.registry import REGISTRY
 
     backends = [name.strip() for name in args.backends.split(",") if name.strip()]
     if any(name in REGISTRY["llm"] and name not in REMOTE_BACKENDS for name in backends):

@@ -19,7 +19,7 @@ installed is replaced by its transcript, kept in the dialogue, synthesised in th
 
 and, after an unscored warm-up turn (one more with the tools offered when a dialogue offers them),
 each dialogue is one WebSocket session
-(:mod:`speech_to_speech.realtime.client`): ``session.update`` (server VAD, audio out, the sample
+(:mod:`speech_to_speech.client.realtime`): ``session.update`` (server VAD, audio out, the sample
 tools when the dialogue offers them), then per turn its audio resampled to 24 kHz and sent like a
 microphone, in 40 ms ``input_audio_buffer.append`` blocks on a real-time schedule, followed by
 ``--tail_s`` of silence. The next turn starts once the turn has settled: the server has ended
@@ -161,7 +161,7 @@ def prepare_speech(dialogues: list[Dialogue], cache: Path, notes: list[str]) -> 
     """
     from benchmark_latency import speech_end_s
 
-    from speech_to_speech.realtime.client import WIRE_RATE, load_wire_audio
+    from speech_to_speech.client.realtime import WIRE_RATE, load_wire_audio
 
     clips = {clip.stem: clip for clip in find_clips()}
     transcripts = read_transcripts(list(clips.values()))
@@ -208,7 +208,7 @@ class TurnRecord:
 async def _settle(client: Any, since: int, timeout_s: float, tools: Any) -> str | None:
     """Wait until the turn begun at event ``since`` has settled (see the module docstring), answering
     tool calls with ``tools`` (a tool module, or None) on the way; returns an error, or None."""
-    from speech_to_speech.realtime.client import event_type
+    from speech_to_speech.client.realtime import event_type
 
     log = client.log
     handled: set[str] = set()
@@ -306,7 +306,7 @@ async def run_dialogue(
     import numpy as np
     import sample_tools
 
-    from speech_to_speech.realtime.client import PacedSender, RealtimeClient, session_update, silence
+    from speech_to_speech.client.realtime import PacedSender, RealtimeClient, session_update, silence
     from tests.speech_utils import word_error_rate
 
     records = [
@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
             print()
             report(rescore(args.rescore, dialogues), dialogues, extra)
         return 0
-    from speech_to_speech.cli import parse_args
+    from speech_to_speech.pipeline.cli import parse_args
 
     parse_args(["--mode", "server", *extra])  # bad server flags fail here, once
     args.audio_cache = args.audio_cache or audio_cache_dir()

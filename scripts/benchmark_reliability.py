@@ -4,7 +4,7 @@ provider faults and concurrency, each with its figures next to the goals they mu
 
 Everything runs on loopback (127.0.0.1) and every loop is bounded in count and in time. The
 server is started as a subprocess on a free port (flags after ``--`` go to it unchanged), and is
-talked to through :mod:`speech_to_speech.realtime.client`:
+talked to through :mod:`speech_to_speech.client.realtime`:
 
 - the **scripted server** (phases soak, sessions, fuzz, faults): the default VAD, STT and TTS
   models, and the ``responses-api`` backend pointed at the scriptable ``/v1/responses`` endpoint
@@ -89,7 +89,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import REPO_ROOT, cell, find_clips, free_port, percentile, print_table, split_extra
 from benchmark_server import BenchmarkError, Clip, Options, ServerProcess, load_clip, speak_one_turn
 
-from speech_to_speech.realtime.client import (
+from speech_to_speech.client.realtime import (
     BLOCK_SAMPLES,
     EventLog,
     EventTimeout,

@@ -7,7 +7,7 @@ The script starts the realtime server as a subprocess on a free port::
 
 (flags after ``--`` go to the server unchanged), or uses a running one given with ``--url``.
 It then talks to it through WebSocket clients that speak the OpenAI Realtime protocol
-(:mod:`speech_to_speech.realtime.client`: ``session.update`` with ``server_vad``, then
+(:mod:`speech_to_speech.client.realtime`: ``session.update`` with ``server_vad``, then
 ``input_audio_buffer.append`` blocks of 40 ms of pcm16 at 24 kHz), in these phases:
 
 1. **warm-up** (skip with ``--no_warmup``): one client speaks one clip and cancels the reply at
@@ -96,7 +96,7 @@ from bench_common import (
     split_extra,
 )
 
-from speech_to_speech.realtime.client import (
+from speech_to_speech.client.realtime import (
     WIRE_RATE,
     ConnectError,
     PacedSender,
@@ -254,7 +254,7 @@ class BenchClient(RealtimeClient):
     """One session: sends events, and records when each server event of interest arrived.
 
     Every timestamp is ``time.monotonic()`` right after the message was received (the
-    :class:`~speech_to_speech.realtime.client.EventLog`'s receipt time).
+    :class:`~speech_to_speech.client.realtime.EventLog`'s receipt time).
     """
 
     def __init__(self, ws: ClientConnection, name: str = "") -> None:

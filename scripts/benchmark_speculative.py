@@ -100,7 +100,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecodi
 
 from handlers.llm.embedded import resolve_gguf
 from handlers.llm.llama_cpp_llm import LlamaEngine
-from speech_to_speech.prompts import build_voice_system_prompt
+from speech_to_speech.llm.prompts import build_voice_system_prompt
 
 TARGET = "qwen2.5-coder-1.5b"
 DRAFT = ""  # the default embedded model: Qwen2.5-Coder-0.5B-Instruct

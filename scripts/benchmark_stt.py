@@ -47,9 +47,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import (
+from speech_to_speech.core.cancel import Gate
+from speech_to_speech.core.events import (
     Event,
     EventBus,
     FirstAudio,
@@ -59,9 +58,10 @@ from speech_to_speech.events import (
     UserTranscript,
     UserTranscriptDelta,
 )
-from speech_to_speech.llm import LLMConfig
-from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.stt import STTConfig
+from speech_to_speech.llm.local import LocalLLMHandler
+from speech_to_speech.llm.stage import LLMConfig
+from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.turns.stt import STTConfig
 from tests.speech_utils import librivox_clips, normalize, word_error_rate
 
 SENTENCES = ["Paris is the capital of France, and it is known for its museums.", "The weather today is mild."]
@@ -96,7 +96,7 @@ class Background:
             self.threads.append(threading.Thread(target=self._synthesise, daemon=True))
 
     def _generate(self) -> None:
-        from speech_to_speech.llm_api import LLMRequest, TextDelta
+        from speech_to_speech.llm.api import LLMRequest, TextDelta
 
         user = {"type": "message", "role": "user", "content": "Tell me a long story about a lighthouse keeper."}
         request = LLMRequest(system_prompt="You are a storyteller.", items=[user], max_output_tokens=96)
@@ -128,8 +128,8 @@ def bench_threads(rounds: int) -> None:
     from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
     from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
     from handlers.tts.piper_tts import PiperTTSHandler
-    from speech_to_speech.llm_api import LlamaCppConfig
-    from speech_to_speech.tts import TTSConfig
+    from speech_to_speech.llm.api import LlamaCppConfig
+    from speech_to_speech.speech.tts import TTSConfig
 
     common: dict[str, Any] = {"stop_event": threading.Event(), "input_queue": None, "output_queue": None}
     common.update(gate=Gate(), bus=EventBus())
@@ -188,9 +188,9 @@ class InstantLLM(LocalLLMHandler):
 
 
 def run_turn(path: Path, flags: list[str], full_window: bool) -> dict[str, Any]:
-    from speech_to_speech.cli import parse_args
-    from speech_to_speech.pipeline import build_pipeline
-    from speech_to_speech.registry import Backend, register
+    from speech_to_speech.pipeline.builder import build_pipeline
+    from speech_to_speech.pipeline.cli import parse_args
+    from speech_to_speech.pipeline.registry import Backend, register
 
     register(Backend("bench-instant", "llm", LLMConfig, "scripts.benchmark_stt:InstantLLM", summary="bench"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -210,10 +210,10 @@ def grade(result: CaseResult, sample: ModuleType) -> None:
 
 def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
     """Ask every :data:`CASES` prompt in every mode; returns the graded results."""
-    from speech_to_speech.cancel import Gate
-    from speech_to_speech.events import EventBus
-    from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
-    from speech_to_speech.registry import get_backend
+    from speech_to_speech.core.cancel import Gate
+    from speech_to_speech.core.events import EventBus
+    from speech_to_speech.core.messages import ToolCallRequest, Transcript, TTSInput
+    from speech_to_speech.pipeline.registry import get_backend
 
     sample = load_sample_tools()
     backend = get_backend("llm", args.llm_backend)
@@ -240,7 +240,7 @@ def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
     print(f"model loaded in {time.monotonic() - start:.1f} s", flush=True)
     llm.tools = list(sample.TOOLS)
     results: list[CaseResult] = []
-    parse_log = logging.getLogger("speech_to_speech.tools.parse")
+    parse_log = logging.getLogger("speech_to_speech.llm.tools.parse")
     collect = _Collect()
     parse_log.addHandler(collect)
     parse_log.setLevel(logging.WARNING)

@@ -57,9 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from bench_common import cell, percentile, print_table
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.cli import parse_args
-from speech_to_speech.events import BargeIn, FirstAudio, ReplyPaused, ReplyResumed, ResponseDone, SpeechStarted
+from speech_to_speech.core.events import BargeIn, FirstAudio, ReplyPaused, ReplyResumed, ResponseDone, SpeechStarted
+from speech_to_speech.pipeline.cli import parse_args
+from speech_to_speech.speech.audio_io import load_audio
 from tests.realtime_harness import EventTimeout
 from tests.turn_harness import (
     LONGER_REPLY,

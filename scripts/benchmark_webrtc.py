@@ -11,10 +11,10 @@ LibriVox clip (``pocketsphinx-testdata``, or ``--clips_dir``) and each of ``--ru
 speaks the clip once over each transport, each time in a fresh session, alternating which transport
 goes first so that a drift in machine load does not favour one:
 
-- **websocket** (:class:`~speech_to_speech.realtime.client.RealtimeClient`): 40 ms blocks of pcm16 at
+- **websocket** (:class:`~speech_to_speech.client.realtime.RealtimeClient`): 40 ms blocks of pcm16 at
   24 kHz in ``input_audio_buffer.append`` events, sent in real time (:class:`PacedSender`, open mic:
   silence after the clip); the reply's audio arrives in ``response.output_audio.delta`` events.
-- **webrtc** (:class:`~speech_to_speech.realtime.webrtc_client.WebRTCClient`): the SDP offer POSTed
+- **webrtc** (:class:`~speech_to_speech.client.webrtc.WebRTCClient`): the SDP offer POSTed
   to ``/v1/realtime/calls``; the clip at 48 kHz on the microphone track (20 ms Opus frames in real
   time, silence after it); the reply's audio on the remote track, decoded.
 
@@ -63,8 +63,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import REPO_ROOT, cell, find_clips, free_port, one_line, percentile, print_table, split_extra
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.realtime.client import (
+from speech_to_speech.client.realtime import (
     WIRE_RATE,
     ConnectError,
     EventLog,
@@ -72,8 +71,9 @@ from speech_to_speech.realtime.client import (
     RealtimeClient,
     decode_pcm16,
 )
+from speech_to_speech.client.webrtc import WebRTCClient
 from speech_to_speech.realtime.media import MEDIA_RATE
-from speech_to_speech.realtime.webrtc_client import WebRTCClient
+from speech_to_speech.speech.audio_io import load_audio
 
 PROG = "benchmark_webrtc.py"
 #: what the server prints once its models are loaded and it accepts clients

@@ -60,8 +60,8 @@ event as JSON Lines with a ``t`` field (seconds since connecting) and base64 aud
 replaced by their byte counts.
 
 The connection, the event stream, wire audio and paced sending are those of
-:mod:`speech_to_speech.realtime.client` (which the server benchmark and the tests use too); the
-speaker and the WAV output are built on :mod:`speech_to_speech.audio_io`'s ``OutputBuffer`` and
+:mod:`speech_to_speech.client.realtime` (which the server benchmark and the tests use too); the
+speaker and the WAV output are built on :mod:`speech_to_speech.speech.audio_io`'s ``OutputBuffer`` and
 ``Timeline``, as the pipeline's own sinks are.
 
 Exit status: 0 when done (or quit with Ctrl-C in live mode), 1 when the server cannot be reached
@@ -92,8 +92,7 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 import soundfile as sf
 
-from speech_to_speech.audio_io import AudioDeviceError, OutputBuffer, Timeline, import_sounddevice
-from speech_to_speech.realtime.client import (
+from speech_to_speech.client.realtime import (
     BLOCK_S,
     BLOCK_SAMPLES,
     WIRE_RATE,
@@ -107,6 +106,7 @@ from speech_to_speech.realtime.client import (
     session_update,
     silence,
 )
+from speech_to_speech.speech.audio_io import AudioDeviceError, OutputBuffer, Timeline, import_sounddevice
 
 #: seconds of silence sent after an input file so that server VAD can endpoint
 TRAILING_SILENCE_S = 1.5

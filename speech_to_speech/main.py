@@ -2,7 +2,7 @@
 
 Exit status: 0 when the run ended normally (also when an input file held no
 speech), 1 for a runtime failure (unreadable file, missing device, a backend
-that cannot load), 2 for bad flags or a bad preset (from :mod:`speech_to_speech.cli`),
+that cannot load), 2 for bad flags or a bad preset (from :mod:`speech_to_speech.pipeline.cli`),
 130 for Ctrl-C outside the pipeline's own handling. A failure is one
 ``error:`` line on stderr; tracebacks only appear with ``--log_level debug``.
 """
@@ -19,11 +19,17 @@ import sys
 import threading
 from types import FrameType
 
-from speech_to_speech.cli import parse_args
-from speech_to_speech.console import ConsoleReporter, LoadProgress, MetricsCollector, RunSummary, TranscriptWriter
-from speech_to_speech.events import Event, EventBus, SpeechStarted
-from speech_to_speech.pipeline import Pipeline, PipelineError, backend_names, build_pipeline, local_ends
-from speech_to_speech.registry import BackendUnavailableError, UnknownBackendError
+from speech_to_speech.core.events import Event, EventBus, SpeechStarted
+from speech_to_speech.pipeline.builder import Pipeline, PipelineError, backend_names, build_pipeline, local_ends
+from speech_to_speech.pipeline.cli import parse_args
+from speech_to_speech.pipeline.console import (
+    ConsoleReporter,
+    LoadProgress,
+    MetricsCollector,
+    RunSummary,
+    TranscriptWriter,
+)
+from speech_to_speech.pipeline.registry import BackendUnavailableError, UnknownBackendError
 
 logger = logging.getLogger("speech_to_speech")
 
@@ -94,7 +100,7 @@ def run(
 
 def _stage_descriptions(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     """(stage, backend, what it loads) for each stage the run uses, for the start-up lines."""
-    from speech_to_speech.registry import REGISTRY
+    from speech_to_speech.pipeline.registry import REGISTRY
 
     model_flags = {"stt": "stt_model", "llm": "llm_model", "tts": "tts_voice"}
     described = []
@@ -125,8 +131,8 @@ class ConsoleLogFilter(logging.Filter):
     """Keeps tracebacks off the console below debug level.
 
     A failure inside a turn is shown once by the console, from its event
-    (:class:`~speech_to_speech.events.StageError`, or the reply's error); its log
-    record, marked with :data:`~speech_to_speech.handler.SHOWN_AS_EVENT`, is
+    (:class:`~speech_to_speech.core.events.StageError`, or the reply's error); its log
+    record, marked with :data:`~speech_to_speech.core.handler.SHOWN_AS_EVENT`, is
     dropped. Any other record with an exception keeps its message, with the
     exception's type and text appended instead of the traceback. With
     ``--log_level debug`` this filter is not installed and every traceback is logged.
@@ -179,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.print_system_prompt:
         from handlers.llm.embedded import wants_compact_prompt
-        from speech_to_speech.prompts import build_voice_system_prompt
+        from speech_to_speech.llm.prompts import build_voice_system_prompt
 
         local = args.llm_backend in ("llama-cpp", "transformers", "mlx-lm")  # they run the embedded models
         compact = local and wants_compact_prompt(args.llm_model or "")

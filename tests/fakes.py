@@ -1,6 +1,6 @@
 """One fake per pipeline stage, shared by the tests (after LiveKit's ``tests/fake_*.py``).
 
-Each fake is a real stage (a :class:`~speech_to_speech.handler.BaseHandler` subclass) whose
+Each fake is a real stage (a :class:`~speech_to_speech.core.handler.BaseHandler` subclass) whose
 model is replaced by something instant and deterministic, so a test can say exactly what the
 stage saw and what it must produce:
 
@@ -29,20 +29,20 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.audio_io import StreamClock
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import Event, EventBus
-from speech_to_speech.handler import BaseHandler
-from speech_to_speech.llm import BaseLLMHandler
-from speech_to_speech.llm_api import LLMConfig, LLMRequest, ProviderEvent
-from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.messages import END_OF_STREAM, AudioChunk, AudioOutput
-from speech_to_speech.playback import PacedAudioSink
-from speech_to_speech.queues import StageQueue
-from speech_to_speech.registry import Backend, register
-from speech_to_speech.stt import BaseSTTHandler
-from speech_to_speech.tts import BaseTTSHandler
-from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE, BaseVADHandler, VADConfig
+from speech_to_speech.core.cancel import Gate
+from speech_to_speech.core.events import Event, EventBus
+from speech_to_speech.core.handler import BaseHandler
+from speech_to_speech.core.messages import END_OF_STREAM, AudioChunk, AudioOutput
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.api import LLMConfig, LLMRequest, ProviderEvent
+from speech_to_speech.llm.local import LocalLLMHandler
+from speech_to_speech.llm.stage import BaseLLMHandler
+from speech_to_speech.pipeline.registry import Backend, register
+from speech_to_speech.speech.audio_io import StreamClock
+from speech_to_speech.speech.playback import PacedAudioSink
+from speech_to_speech.speech.tts import BaseTTSHandler
+from speech_to_speech.turns.stt import BaseSTTHandler
+from speech_to_speech.turns.vad import CHUNK_SAMPLES, SAMPLE_RATE, BaseVADHandler, VADConfig
 
 #: the reply :class:`ScriptedLLM` gives to a question (about 9 s of speech with the embedded voice)
 LONG_REPLY = (

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import pytest
 import soundfile as sf
 
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import Event, EventBus
-from speech_to_speech.messages import EndOfResponse
+from speech_to_speech.core.cancel import Gate
+from speech_to_speech.core.events import Event, EventBus
+from speech_to_speech.core.messages import EndOfResponse
 from tests.speech_utils import librivox_clips
 
 T = TypeVar("T")

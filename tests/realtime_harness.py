@@ -1,6 +1,6 @@
 """Helpers for testing the realtime server in process: a server thread, a raw client, audio blocks.
 
-The client side (connection, :class:`EventLog`, wire audio) is :mod:`speech_to_speech.realtime.client`,
+The client side (connection, :class:`EventLog`, wire audio) is :mod:`speech_to_speech.client.realtime`,
 the same that scripts/talk.py and the server benchmark use; the names tests use from it are
 re-exported here (``load_clip`` is its ``load_wire_audio``: int16 at :data:`WIRE_RATE`).
 """
@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import soxr
 
-from speech_to_speech.cli import parse_args
-from speech_to_speech.realtime.client import (
+from speech_to_speech.client.realtime import (
     WIRE_RATE,
     EventLog,
     EventTimeout,
@@ -34,7 +33,8 @@ from speech_to_speech.realtime.client import (
     float_to_int16,
     silence,
 )
-from speech_to_speech.realtime.client import load_wire_audio as load_clip
+from speech_to_speech.client.realtime import load_wire_audio as load_clip
+from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.realtime.server import PATH, RealtimeServer
 from speech_to_speech.realtime.session import RealtimeSession
 
@@ -182,7 +182,7 @@ def blocks(samples: np.ndarray, block_s: float = 0.1) -> Iterator[str]:
 
 
 class Microphone:
-    """A client's microphone: :class:`~speech_to_speech.realtime.client.PacedSender` with an open
+    """A client's microphone: :class:`~speech_to_speech.client.realtime.PacedSender` with an open
     mic (silence between utterances, in real time), noting when each utterance is sent.
 
     Attributes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speech_to_speech.backchannel import is_backchannel, is_false_start
+from speech_to_speech.turns.backchannel import is_backchannel, is_false_start
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.cli import DEFAULT_BACKENDS
-from speech_to_speech.events import (
+from speech_to_speech.core.events import (
     AssistantText,
     FirstAudio,
     ResponseDone,
@@ -26,9 +24,11 @@ from speech_to_speech.events import (
     SpeechStarted,
     UserTranscript,
 )
-from speech_to_speech.prompts import INTERRUPTION_MARKER
-from speech_to_speech.text import remove_unspeakable
-from speech_to_speech.vad import SAMPLE_RATE
+from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
+from speech_to_speech.pipeline.cli import DEFAULT_BACKENDS
+from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.speech.text import remove_unspeakable
+from speech_to_speech.turns.vad import SAMPLE_RATE
 from tests.helpers import BusLog, two_short_clips
 from tests.speech_utils import normalize, word_error_rate
 from tests.turn_harness import TurnRun

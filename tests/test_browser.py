@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_to_speech.audio_io import load_audio
 from speech_to_speech.realtime.media import MEDIA_RATE
+from speech_to_speech.speech.audio_io import load_audio
 from tests.cdp import Chromium, find_chromium
 from tests.helpers import responses_api_flags, two_short_clips
 from tests.realtime_harness import InProcessServer

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from speech_to_speech.chat import MAX_TOMBSTONES, Chat
-from speech_to_speech.items import EARLIER_AUDIO_PLACEHOLDER, ChatItemError
-from speech_to_speech.serialize import to_chat_messages, to_responses_input
+from speech_to_speech.llm.chat import MAX_TOMBSTONES, Chat
+from speech_to_speech.llm.items import EARLIER_AUDIO_PLACEHOLDER, ChatItemError
+from speech_to_speech.llm.serialize import to_chat_messages, to_responses_input
 
 WAIT = 5.0  # seconds; only ever an upper bound on waiting for an Event or a worker
 
@@ -175,7 +175,7 @@ def test_hard_cap_evicts_inline_at_twice_the_size(caplog: pytest.LogCaptureFixtu
     chat = Chat(size=2)
     fill(chat, 4)
     assert chat.user_turns == 4
-    with caplog.at_level(logging.WARNING, logger="speech_to_speech.chat"):
+    with caplog.at_level(logging.WARNING, logger="speech_to_speech.llm.chat"):
         chat.add_item(user("u5"))
     assert chat.user_turns == 4
     assert texts(chat) == ["u2", "a2", "u3", "a3", "u4", "a4", "u5"]
@@ -220,7 +220,7 @@ def test_output_for_an_evicted_call_reinjects_the_call(caplog: pytest.LogCapture
     fill(chat, 1, start=2)
     chat.trim_if_needed()
     assert texts(chat) == ["u2", "a2"]
-    with caplog.at_level(logging.INFO, logger="speech_to_speech.chat"):
+    with caplog.at_level(logging.INFO, logger="speech_to_speech.llm.chat"):
         chat.append_tool_output("c1", "sunny")
     assert "re-injecting evicted function_call" in caplog.text
     items = chat.items()
@@ -513,7 +513,7 @@ def test_compactor_error_leaves_history_unchanged(caplog: pytest.LogCaptureFixtu
     chat = Chat(size=2, compactor=compactor)
     fill(chat, 3)
     before = chat.items()
-    with caplog.at_level(logging.ERROR, logger="speech_to_speech.chat"):
+    with caplog.at_level(logging.ERROR, logger="speech_to_speech.llm.chat"):
         chat.trim_if_needed()
         assert chat.wait_for_compaction(WAIT)
     assert chat.items() == before

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_to_speech.cli import (
+from speech_to_speech.llm.prompts import build_voice_system_prompt
+from speech_to_speech.pipeline.builder import build_pipeline
+from speech_to_speech.pipeline.cli import (
     DEFAULT_BACKENDS,
     LIMITS,
     HelpFormatter,
@@ -24,9 +26,7 @@ from speech_to_speech.cli import (
     parse_args,
     stage_config_classes,
 )
-from speech_to_speech.pipeline import build_pipeline
-from speech_to_speech.prompts import build_voice_system_prompt
-from speech_to_speech.registry import UnknownBackendError
+from speech_to_speech.pipeline.registry import UnknownBackendError
 from tests.helpers import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,8 +305,8 @@ def run_entry_point(*argv: str) -> subprocess.CompletedProcess[str]:
 #: (:class:`tests.fakes.NeedsExtraLLM`) LLM backends registered
 ECHO_ENTRY = (
     "import sys\n"
-    "from speech_to_speech.llm import LLMConfig\n"
-    "from speech_to_speech.registry import Backend, register\n"
+    "from speech_to_speech.llm.stage import LLMConfig\n"
+    "from speech_to_speech.pipeline.registry import Backend, register\n"
     "register(Backend('echo', 'llm', LLMConfig, 'tests.fakes:HelloLLM', summary='test echo'))\n"
     "register(Backend('needs-extra', 'llm', LLMConfig, 'tests.fakes:NeedsExtraLLM', extra='some-extra'))\n"
     "from speech_to_speech.main import main\n"

@@ -25,10 +25,10 @@ import soundfile as sf
 from handlers.llm.embedded import EMBEDDED_MODELS
 from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
 from handlers.llm.partial_prefill import PartialPrefill
-from speech_to_speech.cli import parse_args
-from speech_to_speech.events import AssistantText, Event, EventBus, UserTranscript, UserTranscriptDelta
-from speech_to_speech.pipeline import build_pipeline
-from speech_to_speech.serialize import template_messages, to_chat_messages
+from speech_to_speech.core.events import AssistantText, Event, EventBus, UserTranscript, UserTranscriptDelta
+from speech_to_speech.llm.serialize import template_messages, to_chat_messages
+from speech_to_speech.pipeline.builder import build_pipeline
+from speech_to_speech.pipeline.cli import parse_args
 from tests.speech_utils import librivox_clips
 
 pytestmark = pytest.mark.models

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from speech_to_speech.registry import REGISTRY
+from speech_to_speech.pipeline.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "pyproject.toml"
@@ -134,8 +134,8 @@ def imports_in(path: Path) -> Iterator[Import]:
 
 
 def registry_line(handler_path: str) -> int:
-    """The line of ``speech_to_speech/registry.py`` that spells ``handler_path``."""
-    registry = ROOT / "speech_to_speech" / "registry.py"
+    """The line of ``speech_to_speech/pipeline/registry.py`` that spells ``handler_path``."""
+    registry = ROOT / "speech_to_speech" / "pipeline" / "registry.py"
     for node in ast.walk(ast.parse(registry.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Constant) and node.value == handler_path:
             return node.lineno
@@ -144,7 +144,7 @@ def registry_line(handler_path: str) -> int:
 
 def registry_imports() -> Iterator[Import]:
     """The module of every registered backend's ``handler_path``, as an import by the registry."""
-    registry = ROOT / "speech_to_speech" / "registry.py"
+    registry = ROOT / "speech_to_speech" / "pipeline" / "registry.py"
     for backends in REGISTRY.values():
         for backend in backends.values():
             module = backend.handler_path.partition(":")[0]
@@ -240,7 +240,7 @@ def test_registered_backends_exist_and_name_real_extras() -> None:
     for stage, backends in REGISTRY.items():
         for name, backend in backends.items():
             module, _, class_name = backend.handler_path.partition(":")
-            where = f"speech_to_speech/registry.py:{registry_line(backend.handler_path)}"
+            where = f"speech_to_speech/pipeline/registry.py:{registry_line(backend.handler_path)}"
             if backend.extra and backend.extra not in known_extras:
                 problems.append(f"{where}: {stage} backend '{name}' names extra '{backend.extra}', not in pyproject")
             path = module_file(module)

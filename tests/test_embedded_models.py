@@ -126,7 +126,7 @@ def test_every_model_is_pinned_where_its_hint_says() -> None:
 
 
 def test_the_help_names_every_model() -> None:
-    from speech_to_speech.cli import build_parser
+    from speech_to_speech.pipeline.cli import build_parser
 
     action = next(a for a in build_parser()._actions if a.dest == "llm_model")
     for model in EMBEDDED_MODELS.values():
@@ -262,7 +262,7 @@ def test_the_1_5b_parts_assemble_into_the_recorded_gguf() -> None:
 @needs_1_5b
 def test_the_1_5b_calls_a_tool_as_json() -> None:
     """With the repaired template the 1.5B writes a call the extractor reads (it copied ``{{...}}`` before)."""
-    from speech_to_speech.tools.json_calls import JsonCallExtractor, parse_json_calls
+    from speech_to_speech.llm.tools.json_calls import JsonCallExtractor, parse_json_calls
 
     engine = LlamaEngine(str(resolve_gguf("qwen2.5-coder-1.5b")), n_ctx=1024, n_threads=default_threads())
     try:

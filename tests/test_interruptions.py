@@ -15,10 +15,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_to_speech.audio_io import FileSink, StreamClock
-from speech_to_speech.cancel import Gate
-from speech_to_speech.endpointer import BY_END_OF_INPUT, BY_MAX_SPEECH, BY_MODEL, BY_SILENCE, DEFAULT_PAUSE_MS
-from speech_to_speech.events import (
+from speech_to_speech.core.cancel import Gate
+from speech_to_speech.core.events import (
     BargeIn,
     EmptyTranscript,
     Event,
@@ -35,19 +33,21 @@ from speech_to_speech.events import (
     TurnSuperseded,
     UserTranscriptDelta,
 )
-from speech_to_speech.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
-from speech_to_speech.messages import END_OF_STREAM, EndOfResponse, SpeechSegment, Transcript
-from speech_to_speech.pipeline import Pipeline
-from speech_to_speech.playback import Interrupt, Pause, Resume
-from speech_to_speech.prompts import INTERRUPTION_MARKER
-from speech_to_speech.queues import StageQueue
-from speech_to_speech.turn_detection import (
+from speech_to_speech.core.messages import END_OF_STREAM, EndOfResponse, SpeechSegment, Transcript
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
+from speech_to_speech.pipeline.builder import Pipeline
+from speech_to_speech.speech.audio_io import FileSink, StreamClock
+from speech_to_speech.speech.playback import Interrupt, Pause, Resume
+from speech_to_speech.turns.endpointer import BY_END_OF_INPUT, BY_MAX_SPEECH, BY_MODEL, BY_SILENCE, DEFAULT_PAUSE_MS
+from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
+from speech_to_speech.turns.turn_detection import (
     EAGERNESS_MAX_SILENCE_MS,
     TurnDetector,
     resolve_turn_detection,
     smart_turn_installed,
 )
-from speech_to_speech.vad import Endpoint, Endpointer, Speculation
+from speech_to_speech.turns.vad import Endpoint, Endpointer, Speculation
 from tests.fakes import FakeVAD, RecordingSink, Script, VADRig, make_llm, vad_chunks
 from tests.helpers import wait_until
 from tests.test_llm_base import ask, history
@@ -137,9 +137,9 @@ def test_turn_detection_modes() -> None:
 def test_smart_turn_without_its_model_fails_before_anything_loads(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import speech_to_speech.turn_detection as turn_detection
-    from speech_to_speech.cli import parse_args
-    from speech_to_speech.pipeline import PipelineError, build_pipeline
+    import speech_to_speech.turns.turn_detection as turn_detection
+    from speech_to_speech.pipeline.builder import PipelineError, build_pipeline
+    from speech_to_speech.pipeline.cli import parse_args
 
     monkeypatch.setattr(turn_detection, "smart_turn_installed", lambda: False)
     assert resolve_turn_detection("auto") == "silence"  # the default falls back to silence

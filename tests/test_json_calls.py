@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from speech_to_speech.tools.json_calls import JsonCallExtractor, parse_json_calls
-from speech_to_speech.tools.parse import extract_calls
+from speech_to_speech.llm.tools.json_calls import JsonCallExtractor, parse_json_calls
+from speech_to_speech.llm.tools.parse import extract_calls
 
 TOOLS = [
     {

@@ -12,12 +12,9 @@ from typing import Any
 
 import pytest
 
-from speech_to_speech.cancel import Stamp
-from speech_to_speech.chat import Chat
-from speech_to_speech.events import AssistantText, Event, FirstToken, ResponseStarted, UserTranscript
-from speech_to_speech.llm import FAILURE_FALLBACK, TIMEOUT_APOLOGY, BaseLLMHandler
-from speech_to_speech.llm_api import ProviderTimeout
-from speech_to_speech.messages import (
+from speech_to_speech.core.cancel import Stamp
+from speech_to_speech.core.events import AssistantText, Event, FirstToken, ResponseStarted, UserTranscript
+from speech_to_speech.core.messages import (
     EndOfResponse,
     FunctionOutput,
     ResponseRequest,
@@ -26,7 +23,10 @@ from speech_to_speech.messages import (
     Transcript,
     TTSInput,
 )
-from speech_to_speech.text import is_speakable
+from speech_to_speech.llm.api import ProviderTimeout
+from speech_to_speech.llm.chat import Chat
+from speech_to_speech.llm.stage import FAILURE_FALLBACK, TIMEOUT_APOLOGY, BaseLLMHandler
+from speech_to_speech.speech.text import is_speakable
 from tests import fakes
 from tests.fakes import FakeLLM, Script
 

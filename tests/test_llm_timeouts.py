@@ -17,9 +17,9 @@ import pytest
 
 from handlers.llm.llama_cpp_llm import LlamaEngine
 from handlers.llm.openai_compatible import ResponsesAPIHandler
-from speech_to_speech.llm import TIMEOUT_APOLOGY
-from speech_to_speech.llm_api import TextDelta
-from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
+from speech_to_speech.core.messages import ToolCallRequest, Transcript, TTSInput
+from speech_to_speech.llm.api import TextDelta
+from speech_to_speech.llm.stage import TIMEOUT_APOLOGY
 from tests.fakes import make_provider_llm
 from tests.responses_server import Call, Reply, ResponsesServer, Text
 from tests.test_openai_backends import ask, check_response, make_handler, spoken

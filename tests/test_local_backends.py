@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_to_speech.llm_api import LlamaCppConfig
-from speech_to_speech.messages import EndOfResponse, Transcript, TTSInput
-from speech_to_speech.registry import get_backend
+from speech_to_speech.core.messages import EndOfResponse, Transcript, TTSInput
+from speech_to_speech.llm.api import LlamaCppConfig
+from speech_to_speech.pipeline.registry import get_backend
 from tests.helpers import check_prefix_reused, new_stage, require_mlx, run_pipeline
 
 pytestmark = pytest.mark.models

@@ -104,8 +104,8 @@ def test_recall_keeps_the_audio_of_a_response_that_has_ended() -> None:
 
 
 def test_a_response_taken_back_unsays_exactly_the_words_not_sent() -> None:
-    from speech_to_speech.cancel import Gate
-    from speech_to_speech.messages import AudioOutput
+    from speech_to_speech.core.cancel import Gate
+    from speech_to_speech.core.messages import AudioOutput
     from speech_to_speech.realtime.conversation import Conversation
     from speech_to_speech.realtime.responses import ResponseOutput
 

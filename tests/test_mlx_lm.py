@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_to_speech.messages import EndOfResponse, Transcript
-from speech_to_speech.registry import get_backend
+from speech_to_speech.core.messages import EndOfResponse, Transcript
+from speech_to_speech.pipeline.registry import get_backend
 from tests.helpers import check_prefix_reused, new_stage, require_mlx, run_pipeline
 
 pytestmark = pytest.mark.models

@@ -37,10 +37,10 @@ from handlers.llm.openai_compatible import (
     new_call_id,
     to_chat_tools,
 )
-from speech_to_speech.llm import FAILURE_FALLBACK, TIMEOUT_APOLOGY
-from speech_to_speech.llm_api import OpenAICompatibleConfig
-from speech_to_speech.messages import EndOfResponse, TextOutput, ToolCallRequest, Transcript, TTSInput
-from speech_to_speech.text import is_speakable
+from speech_to_speech.core.messages import EndOfResponse, TextOutput, ToolCallRequest, Transcript, TTSInput
+from speech_to_speech.llm.api import OpenAICompatibleConfig
+from speech_to_speech.llm.stage import FAILURE_FALLBACK, TIMEOUT_APOLOGY
+from speech_to_speech.speech.text import is_speakable
 from tests.helpers import new_stage
 from tests.responses_server import Call, Reply, ResponsesServer, Text
 

@@ -18,14 +18,14 @@ import pytest
 import soundfile as sf
 import soxr
 
-from speech_to_speech.audio_io import FileSink, StreamClock
-from speech_to_speech.cancel import Gate, Stamp
-from speech_to_speech.events import EventBus, FirstAudio, ResponseDone, ResponseInterrupted
-from speech_to_speech.handler import BaseHandler
-from speech_to_speech.messages import END_OF_STREAM, AudioOutput, EndOfResponse, Transcript, TTSInput
-from speech_to_speech.pipeline import Pipeline
-from speech_to_speech.playback import Interrupt, PacedAudioSink, RealtimeQueue
-from speech_to_speech.queues import StageQueue
+from speech_to_speech.core.cancel import Gate, Stamp
+from speech_to_speech.core.events import EventBus, FirstAudio, ResponseDone, ResponseInterrupted
+from speech_to_speech.core.handler import BaseHandler
+from speech_to_speech.core.messages import END_OF_STREAM, AudioOutput, EndOfResponse, Transcript, TTSInput
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.pipeline.builder import Pipeline
+from speech_to_speech.speech.audio_io import FileSink, StreamClock
+from speech_to_speech.speech.playback import Interrupt, PacedAudioSink, RealtimeQueue
 from tests.fakes import RecordingSink, Write
 from tests.helpers import BusLog, wait_until
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from speech_to_speech.chat import Chat
-from speech_to_speech.prefetch import (
+from speech_to_speech.llm.chat import Chat
+from speech_to_speech.llm.prefetch import (
     STREAM_POLL_INTERVAL,
     PrefetchCoordinator,
     PrefetchState,

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from speech_to_speech.prompts import (
+from speech_to_speech.llm.prompts import (
     INTERRUPTION_MARKER,
     PLACEHOLDER_USER_CONTENT,
     VOICE_EXAMPLES,

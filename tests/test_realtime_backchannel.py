@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.prompts import INTERRUPTION_MARKER
-from speech_to_speech.registry import Backend, register
-from speech_to_speech.text import remove_unspeakable
-from speech_to_speech.tts import TTSConfig
+from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
+from speech_to_speech.pipeline.registry import Backend, register
+from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.speech.text import remove_unspeakable
+from speech_to_speech.speech.tts import TTSConfig
 from tests.fakes import FakeTTS
 from tests.realtime_harness import InProcessServer, OverReply, RawClient, audio_arrivals, longest_gap, talk_over_reply
 from tests.speech_utils import normalize
@@ -177,8 +177,8 @@ def test_a_barge_in_is_reported_before_the_pipeline_cancels_the_reply() -> None:
     """The held ``speech_started`` goes out before the pipeline acts on the barge-in: the sink's
     thread sends the cancelled ``response.done`` once the reply is cut, and clients truncate the
     reply on ``speech_started``, so the order must not depend on which thread is faster."""
-    from speech_to_speech.cli import parse_args
-    from speech_to_speech.events import BargeIn, SpeechStarted
+    from speech_to_speech.core.events import BargeIn, SpeechStarted
+    from speech_to_speech.pipeline.cli import parse_args
     from speech_to_speech.realtime.session import RealtimeSession
 
     loop = asyncio.new_event_loop()  # the session's loop thread is this one: events are sent at once

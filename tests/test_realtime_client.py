@@ -1,4 +1,4 @@
-"""The realtime client toolkit (speech_to_speech.realtime.client) and the audio pieces it shares with audio_io.
+"""The realtime client toolkit (speech_to_speech.client.realtime) and the audio pieces it shares with audio_io.
 
 Against small scripted ``websockets`` servers on 127.0.0.1 (port 0): no models, a few seconds.
 """
@@ -21,8 +21,7 @@ import soundfile as sf
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from speech_to_speech.audio_io import OutputBuffer, Timeline
-from speech_to_speech.realtime.client import (
+from speech_to_speech.client.realtime import (
     BLOCK_SAMPLES,
     WIRE_RATE,
     ConnectError,
@@ -36,6 +35,7 @@ from speech_to_speech.realtime.client import (
     session_update,
     silence,
 )
+from speech_to_speech.speech.audio_io import OutputBuffer, Timeline
 
 #: the longest any scenario here may take, s
 SCENARIO_S = 10.0

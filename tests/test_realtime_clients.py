@@ -299,7 +299,7 @@ def test_livekit_realtime_model(server: InProcessServer, provider: Assistant, cl
     from livekit.agents import llm
     from livekit.plugins.openai.realtime import RealtimeModel
 
-    from speech_to_speech.prompts import INTERRUPTION_MARKER
+    from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 
     samples, reference = clip
 

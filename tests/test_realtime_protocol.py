@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from openai.types.realtime import RealtimeSessionCreateRequest
 
-from speech_to_speech.cancel import Gate
-from speech_to_speech.chat import Chat
-from speech_to_speech.cli import parse_args
-from speech_to_speech.events import EventBus
-from speech_to_speech.handler import BaseHandler, StageControl
-from speech_to_speech.queues import StageQueue
+from speech_to_speech.core.cancel import Gate
+from speech_to_speech.core.events import EventBus
+from speech_to_speech.core.handler import BaseHandler, StageControl
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.chat import Chat
+from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.realtime.config import SessionConfig, apply_update
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert
 from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history

@@ -29,10 +29,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.protocol import State
 
-from speech_to_speech.events import AssistantText, Event
-from speech_to_speech.prompts import INTERRUPTION_MARKER
+from speech_to_speech.core.events import AssistantText, Event
+from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.realtime.server import CLOSE_TRY_AGAIN_LATER
-from speech_to_speech.text import remove_unspeakable
+from speech_to_speech.speech.text import remove_unspeakable
 from tests.helpers import two_short_clips
 from tests.realtime_harness import (
     WIRE_RATE,

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import soxr
 
-from speech_to_speech.realtime.client import float_to_int16, session_update
-from speech_to_speech.turn_detection import smart_turn_installed
+from speech_to_speech.client.realtime import float_to_int16, session_update
+from speech_to_speech.turns.turn_detection import smart_turn_installed
 from tests.realtime_harness import WIRE_RATE, InProcessServer, RawClient, append_event, blocks
 from tests.speech_utils import word_error_rate
 from tests.turn_harness import librivox_speech, silence

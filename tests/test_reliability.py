@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 import speech_to_speech.realtime.session as session_module
-from speech_to_speech.llm import TIMEOUT_APOLOGY
+from speech_to_speech.llm.stage import TIMEOUT_APOLOGY
 from tests.helpers import REPO_ROOT, load_module, responses_api_flags
 from tests.realtime_harness import InProcessServer, RawClient, session_threads
 from tests.responses_server import Call, Reply, ResponsesServer, Text

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from speech_to_speech.cancel import Gate, Stamp
-from speech_to_speech.events import Event, EventBus, StageError
-from speech_to_speech.handler import BaseHandler
-from speech_to_speech.messages import END_OF_STREAM, EndOfResponse, EndOfStream, TTSInput
-from speech_to_speech.queues import StageQueue
+from speech_to_speech.core.cancel import Gate, Stamp
+from speech_to_speech.core.events import Event, EventBus, StageError
+from speech_to_speech.core.handler import BaseHandler
+from speech_to_speech.core.messages import END_OF_STREAM, EndOfResponse, EndOfStream, TTSInput
+from speech_to_speech.core.queues import StageQueue
 from tests.helpers import wait_until
 
 JOIN_TIMEOUT_S = 2.0
@@ -312,7 +312,7 @@ def test_exception_in_process_is_reported_and_stage_carries_on(
         inq.put(TTSInput(stamp, text))
     inq.put(END_OF_STREAM)
 
-    with caplog.at_level(logging.ERROR, logger="speech_to_speech.handler"):
+    with caplog.at_level(logging.ERROR, logger="speech_to_speech.core.handler"):
         stage.start()
         stage.join(JOIN_TIMEOUT_S)
     assert not stage.is_alive()

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from handlers.vad.silero_vad import QUIET_RESET_CHUNKS, SileroVADHandler
-from speech_to_speech.vad import CHUNK_SAMPLES, VADConfig
+from speech_to_speech.turns.vad import CHUNK_SAMPLES, VADConfig
 from tests.helpers import new_stage
 
 pytestmark = pytest.mark.models

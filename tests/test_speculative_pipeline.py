@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.events import (
+from speech_to_speech.core.events import (
     AssistantText,
     FirstAudio,
     ResponseDone,
@@ -28,8 +27,9 @@ from speech_to_speech.events import (
     UserTranscript,
     UserTranscriptDelta,
 )
-from speech_to_speech.speculation import HoldUntilConfirmed
-from speech_to_speech.vad import SAMPLE_RATE
+from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.turns.speculation import HoldUntilConfirmed
+from speech_to_speech.turns.vad import SAMPLE_RATE
 from tests.fakes import EchoLLM, ScriptedSource
 from tests.speech_utils import LIBRIVOX_DIR, librivox_clips, normalize, word_error_rate
 from tests.turn_harness import TurnRun, speech_only

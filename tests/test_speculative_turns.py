@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speech_to_speech.cancel import Gate, Stamp
-from speech_to_speech.events import (
+from speech_to_speech.core.cancel import Gate, Stamp
+from speech_to_speech.core.events import (
     Event,
     EventBus,
     SpeechStarted,
@@ -22,7 +22,7 @@ from speech_to_speech.events import (
     UserTranscript,
     UserTranscriptDelta,
 )
-from speech_to_speech.messages import (
+from speech_to_speech.core.messages import (
     END_OF_STREAM,
     AudioOutput,
     EndOfResponse,
@@ -31,10 +31,10 @@ from speech_to_speech.messages import (
     Transcript,
     TTSInput,
 )
-from speech_to_speech.queues import StageQueue
-from speech_to_speech.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
-from speech_to_speech.stt import STTConfig, TranscriptDeltas, trim_repeats
-from speech_to_speech.vad import RESUMED, Endpoint, Endpointer, Speculation, VADConfig
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
+from speech_to_speech.turns.stt import STTConfig, TranscriptDeltas, trim_repeats
+from speech_to_speech.turns.vad import RESUMED, Endpoint, Endpointer, Speculation, VADConfig
 from tests.fakes import FakeSTT, VADRig, vad_chunks
 from tests.test_vad_endpointer import CONFIG, MS_PER_CHUNK, PAD, SILENCE, SPEECH, chunk_indices, run
 

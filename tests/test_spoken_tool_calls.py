@@ -23,7 +23,7 @@ import soxr
 
 from handlers.llm.embedded import EMBEDDED_MODELS
 from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
-from speech_to_speech.messages import ToolCallRequest, Transcript, TTSInput
+from speech_to_speech.core.messages import ToolCallRequest, Transcript, TTSInput
 from tests.helpers import REPO_ROOT, load_module, new_stage
 
 pytestmark = [
@@ -68,7 +68,7 @@ def transcripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def llm() -> Any:
-    from speech_to_speech.registry import get_backend
+    from speech_to_speech.pipeline.registry import get_backend
 
     config = get_backend("llm", "llama-cpp").config_cls(llm_model="qwen2.5-coder-1.5b", first_token_timeout_s=0)
     stage = new_stage(LlamaCppLLMHandler, config=config, name="llm:llama-cpp")

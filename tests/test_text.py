@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speech_to_speech.text import (
+from speech_to_speech.speech.text import (
     SentenceStreamer,
     WordStreamer,
     first_chunk_end,

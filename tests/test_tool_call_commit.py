@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from speech_to_speech.chat import Chat
-from speech_to_speech.events import ToolCallReady
-from speech_to_speech.llm_api import TextDelta, ToolCall
-from speech_to_speech.messages import EndOfResponse, FunctionOutput, ToolCallRequest, Transcript
-from speech_to_speech.serialize import to_responses_input
+from speech_to_speech.core.events import ToolCallReady
+from speech_to_speech.core.messages import EndOfResponse, FunctionOutput, ToolCallRequest, Transcript
+from speech_to_speech.llm.api import TextDelta, ToolCall
+from speech_to_speech.llm.chat import Chat
+from speech_to_speech.llm.serialize import to_responses_input
 from tests.fakes import FakeProviderLLM, make_provider_llm
 
 WEATHER = ToolCall("call_weather_1", "get_weather", '{"city": "Paris"}')

@@ -31,10 +31,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from openai import AsyncOpenAI
 
-from speech_to_speech.events import AssistantText, Event, ResponseStarted
-from speech_to_speech.llm import FAILURE_FALLBACK
-from speech_to_speech.llm_api import LlamaCppConfig, new_call_id
-from speech_to_speech.messages import (
+from speech_to_speech.core.events import AssistantText, Event, ResponseStarted
+from speech_to_speech.core.messages import (
     EndOfResponse,
     FunctionOutput,
     ResponseRequest,
@@ -42,10 +40,12 @@ from speech_to_speech.messages import (
     Transcript,
     TTSInput,
 )
-from speech_to_speech.prefetch import PrefetchCoordinator, PrefetchState, ResponsePrefetchTransaction
-from speech_to_speech.queues import StageQueue
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.api import LlamaCppConfig, new_call_id
+from speech_to_speech.llm.prefetch import PrefetchCoordinator, PrefetchState, ResponsePrefetchTransaction
+from speech_to_speech.llm.stage import FAILURE_FALLBACK
+from speech_to_speech.pipeline.registry import get_backend
 from speech_to_speech.realtime.session import RealtimeSession
-from speech_to_speech.registry import get_backend
 from tests.fakes import FakeLLM, Script, make_llm
 from tests.helpers import new_stage
 from tests.realtime_harness import EventLog, InProcessServer

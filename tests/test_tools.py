@@ -13,8 +13,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from speech_to_speech.prompts import build_text_system_prompt, build_voice_system_prompt
-from speech_to_speech.tools import (
+from speech_to_speech.llm.prompts import build_text_system_prompt, build_voice_system_prompt
+from speech_to_speech.llm.tools import (
     CODE_CLOSE,
     CODE_OPEN,
     CodeBlockExtractor,

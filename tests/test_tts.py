@@ -6,10 +6,10 @@ import threading
 
 import numpy as np
 
-from speech_to_speech.cancel import Gate
-from speech_to_speech.events import EventBus
-from speech_to_speech.messages import AudioOutput, EndOfResponse, TTSInput
-from speech_to_speech.tts import TTSConfig, trim_leading_silence
+from speech_to_speech.core.cancel import Gate
+from speech_to_speech.core.events import EventBus
+from speech_to_speech.core.messages import AudioOutput, EndOfResponse, TTSInput
+from speech_to_speech.speech.tts import TTSConfig, trim_leading_silence
 from tests.fakes import FakeTTS
 
 

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.events import (
+from speech_to_speech.core.events import (
     AssistantText,
     BargeIn,
     FirstAudio,
@@ -27,9 +26,10 @@ from speech_to_speech.events import (
     SpeechStarted,
     UserTranscript,
 )
-from speech_to_speech.prompts import INTERRUPTION_MARKER
-from speech_to_speech.text import remove_unspeakable
-from speech_to_speech.turn_detection import smart_turn_installed
+from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
+from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.speech.text import remove_unspeakable
+from speech_to_speech.turns.turn_detection import smart_turn_installed
 from tests.speech_utils import normalize, word_error_rate
 from tests.turn_harness import (
     LONG_REPLY,

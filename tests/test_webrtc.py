@@ -33,14 +33,14 @@ from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
 from websockets.asyncio.client import connect
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.cli import parse_args
-from speech_to_speech.prompts import INTERRUPTION_MARKER
-from speech_to_speech.realtime.client import RealtimeClient
+from speech_to_speech.client.realtime import RealtimeClient
+from speech_to_speech.client.webrtc import CallError, WebRTCClient
+from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
+from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.realtime.media import MEDIA_RATE
 from speech_to_speech.realtime.server import ssl_context
 from speech_to_speech.realtime.webrtc import EVENTS_CHANNEL
-from speech_to_speech.realtime.webrtc_client import CallError, WebRTCClient
+from speech_to_speech.speech.audio_io import load_audio
 from tests.helpers import responses_api_flags, two_short_clips
 from tests.realtime_harness import InProcessServer, transcription_of
 from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text

@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from speech_to_speech.audio_io import load_audio
-from speech_to_speech.cancel import Gate, Stamp
-from speech_to_speech.cli import parse_args
-from speech_to_speech.events import Event, EventBus, SpeechStopped, StageError
-from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.messages import AudioChunk, AudioOutput
-from speech_to_speech.pipeline import Pipeline, build_pipeline
-from speech_to_speech.queues import StageQueue
-from speech_to_speech.vad import CHUNK_SAMPLES, SAMPLE_RATE, VADConfig
+from speech_to_speech.core.cancel import Gate, Stamp
+from speech_to_speech.core.events import Event, EventBus, SpeechStopped, StageError
+from speech_to_speech.core.messages import AudioChunk, AudioOutput
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.local import LocalLLMHandler
+from speech_to_speech.pipeline.builder import Pipeline, build_pipeline
+from speech_to_speech.pipeline.cli import parse_args
+from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.turns.vad import CHUNK_SAMPLES, SAMPLE_RATE, VADConfig
 from tests.fakes import LONG_REPLY, ScriptedLLM, ScriptedSource
 from tests.helpers import BusLog
 from tests.speech_utils import librivox_clips
@@ -153,7 +153,7 @@ def synthesize(text: str, noisy: bool = False, length_scale: float = 1.0) -> np.
     from piper.config import SynthesisConfig
 
     from handlers.tts.piper_tts import embedded_voice, load_voice
-    from speech_to_speech.shared import shared_model
+    from speech_to_speech.core.shared import shared_model
 
     paths = embedded_voice()
     voice = shared_model(("piper", *paths, False), lambda: load_voice(paths[0], paths[1]))
@@ -182,7 +182,7 @@ class OfflineEndpoint:
         speech_end_ms: where the VAD heard speech end, ms into the input.
         decided_ms: where the endpoint was decided, ms into the input.
         delay_ms: decided - speech end, plus the compute time of the model call that decided (ms).
-        by: what ended the turn (see :class:`~speech_to_speech.events.SpeechStopped`).
+        by: what ended the turn (see :class:`~speech_to_speech.core.events.SpeechStopped`).
         probability: the model's last P(complete), or None.
     """
 
@@ -201,7 +201,7 @@ def offline_endpoints(samples: np.ndarray, flags: list[str] | None = None) -> li
         flags: command-line flags for the VAD settings (e.g. ``["--turn_detection", "silence"]``).
     """
     from handlers.vad.silero_vad import SileroVADHandler
-    from speech_to_speech.cli import config_from_args
+    from speech_to_speech.pipeline.cli import config_from_args
 
     args = parse_args(flags or [])
     config = config_from_args(VADConfig, args)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-#: Spellings that start a tool call that :class:`~speech_to_speech.tools.json_calls.JsonCallExtractor`
+#: Spellings that start a tool call that :class:`~speech_to_speech.llm.tools.json_calls.JsonCallExtractor`
 #: reads (the tag, a bare JSON object, a code fence); those that are one token are the call openers.
 CALL_OPENERS = ("<tool_call>", "{", '{"', " {", ' {"', "{\n", "```", "```json")
 #: the threshold for the embedded Qwen2.5-Coder-1.5B-Instruct (see the module doc)

@@ -59,7 +59,7 @@ class EmbeddedModel:
         sha256: SHA-256 of the assembled file, hex.
         extra: the pyproject extra that installs the parts (None: they are core dependencies).
         compact_prompt: the model gets the compact voice prompt (it follows the full one worse; see
-            :func:`speech_to_speech.prompts.build_voice_system_prompt`).
+            :func:`speech_to_speech.llm.prompts.build_voice_system_prompt`).
         call_threshold: the llama-cpp tool-call threshold for this model (None: plain greedy
             choice between a call and text; see :mod:`handlers.llm.call_threshold`).
     """

@@ -6,7 +6,7 @@ Q4_K_M; ``--llm_model qwen2.5-coder-1.5b`` picks the embedded 1.5B, see
 own chat template (read from the GGUF metadata, rendered with Jinja2 in a
 sandbox), tools included: the model gets them the way it was trained to, and
 its calls are read whether it writes ``<tool_call>`` tags, a code fence or bare
-JSON (:class:`~speech_to_speech.tools.json_calls.JsonCallExtractor`).
+JSON (:class:`~speech_to_speech.llm.tools.json_calls.JsonCallExtractor`).
 
 Two logits processors shape a reply: a spoken reply to the user gets the echo guard
 (:mod:`handlers.llm.echo_guard`), and, when tools are offered and the model has one (the embedded
@@ -46,13 +46,13 @@ from handlers.llm.call_threshold import CallThreshold, opener_tokens
 from handlers.llm.echo_guard import EchoGuard, opening_tokens
 from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill
-from speech_to_speech.events import Event, UserTranscriptDelta
-from speech_to_speech.llm_api import LLMRequest, ProviderEvent, TextDelta, Usage
-from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.serialize import template_messages, to_chat_messages
-from speech_to_speech.shared import shared_model
-from speech_to_speech.tools.json_calls import JsonCallExtractor
-from speech_to_speech.tools.prompt import function_tool_spec
+from speech_to_speech.core.events import Event, UserTranscriptDelta
+from speech_to_speech.core.shared import shared_model
+from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta, Usage
+from speech_to_speech.llm.local import LocalLLMHandler
+from speech_to_speech.llm.serialize import template_messages, to_chat_messages
+from speech_to_speech.llm.tools.json_calls import JsonCallExtractor
+from speech_to_speech.llm.tools.prompt import function_tool_spec
 
 logger = logging.getLogger(__name__)
 

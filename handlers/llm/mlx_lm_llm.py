@@ -72,8 +72,8 @@ import transformers  # noqa: F401
 
 from handlers.llm.embedded import resolve_model, wants_compact_prompt
 from handlers.llm.llama_cpp_llm import PromptStats
-from speech_to_speech.local_llm import LocalLLMHandler
-from speech_to_speech.shared import shared_model
+from speech_to_speech.core.shared import shared_model
+from speech_to_speech.llm.local import LocalLLMHandler
 
 logger = logging.getLogger(__name__)
 

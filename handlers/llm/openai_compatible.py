@@ -1,10 +1,10 @@
 """OpenAI-compatible providers: ``responses-api`` (/v1/responses) and ``chat-completions``
 (/v1/chat/completions), through the official ``openai`` SDK.
 
-Both share one set of connection flags (:class:`~speech_to_speech.llm.OpenAICompatibleConfig`)
+Both share one set of connection flags (:class:`~speech_to_speech.llm.stage.OpenAICompatibleConfig`)
 and only translate their wire format into the four provider events; sentence
 batching, cancellation, history and errors live in
-:class:`~speech_to_speech.llm.BaseLLMHandler`.
+:class:`~speech_to_speech.llm.stage.BaseLLMHandler`.
 
 Time-outs: the stage reads :meth:`OpenAICompatibleHandler.events` in a helper thread and gives up
 after ``--first_token_timeout_s`` without a first token (streaming; a blocking request has only
@@ -24,8 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
 
-from speech_to_speech.llm import BaseLLMHandler
-from speech_to_speech.llm_api import (
+from speech_to_speech.llm.api import (
     AssistantMessage,
     LLMRequest,
     OpenAICompatibleConfig,
@@ -36,7 +35,8 @@ from speech_to_speech.llm_api import (
     Usage,
     new_call_id,
 )
-from speech_to_speech.serialize import to_responses_input
+from speech_to_speech.llm.serialize import to_responses_input
+from speech_to_speech.llm.stage import BaseLLMHandler
 
 logger = logging.getLogger(__name__)
 

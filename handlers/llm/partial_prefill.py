@@ -1,7 +1,7 @@
 """Prefill from partial transcripts: the user's words are in the KV cache before the turn ends.
 
 While the user speaks, the streaming STT publishes partial transcripts
-(:class:`~speech_to_speech.events.UserTranscriptDelta`). For each, the prompt the turn will have
+(:class:`~speech_to_speech.core.events.UserTranscriptDelta`). For each, the prompt the turn will have
 (system prompt, history, the user's words so far) is rendered up to the end of those words and
 evaluated into llama.cpp's KV cache on a background thread. When the endpoint comes, the real
 request shares that prefix (:meth:`LlamaEngine.cached_prefix`), so only the words the partial did

@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.shared import shared_model
-from speech_to_speech.stt import BaseSTTHandler
+from speech_to_speech.core.shared import shared_model
+from speech_to_speech.turns.stt import BaseSTTHandler
 
 logger = logging.getLogger(__name__)
 

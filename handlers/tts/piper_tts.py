@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.shared import shared_model
-from speech_to_speech.tts import BaseTTSHandler
+from speech_to_speech.core.shared import shared_model
+from speech_to_speech.speech.tts import BaseTTSHandler
 
 #: onnxruntime intra-op threads for Piper: one. On the 2-core target the TTS runs while the
 #: LLM still generates (llama.cpp on both cores) and STT may be decoding, so a second thread

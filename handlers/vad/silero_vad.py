@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.shared import shared_model
-from speech_to_speech.vad import SAMPLE_RATE, BaseVADHandler
+from speech_to_speech.core.shared import shared_model
+from speech_to_speech.turns.vad import SAMPLE_RATE, BaseVADHandler
 
 #: torch intra-op threads for Silero VAD (see :class:`SileroVADHandler`)
 TORCH_THREADS = 1

@@ -9,7 +9,7 @@ update applies.
 
 Turn detection: ``server_vad`` drives the session's VAD endpointer directly (turns end on
 ``silence_duration_ms`` of silence); ``semantic_vad`` ends them with the Smart Turn
-end-of-turn model (:mod:`speech_to_speech.turn_detection`, through the VAD's
+end-of-turn model (:mod:`speech_to_speech.turns.turn_detection`, through the VAD's
 ``set_eagerness``): at once when it judges the user done after a 200 ms pause, else after
 the silence bound of its ``eagerness`` (low 4 s, medium and auto 2 s, high 1 s). Without
 the model installed, ``semantic_vad`` ends turns on silence too (logged).
@@ -43,7 +43,7 @@ class TurnDetection:
         create_response: a detected turn gets a response.
         interrupt_response: speech cuts the response being played (barge-in).
         eagerness: ``semantic_vad`` only: how soon a turn the end-of-turn model judged
-            unfinished ends (see :data:`~speech_to_speech.turn_detection.EAGERNESS_MAX_SILENCE_MS`),
+            unfinished ends (see :data:`~speech_to_speech.turns.turn_detection.EAGERNESS_MAX_SILENCE_MS`),
             handed to the VAD through :meth:`vad_settings`.
     """
 

@@ -4,12 +4,12 @@ The session runs on the event loop; its VAD and LLM run in their own threads. A 
 or a history edit is never written into a stage from the loop: it is a message put on the
 stage's input queue (the VAD's audio queue, the STT's queue for the LLM, where client-driven
 work keeps its place), applied by the stage between two items (see
-:meth:`speech_to_speech.handler.BaseHandler._control`).
+:meth:`speech_to_speech.core.handler.BaseHandler._control`).
 
 What the session calls directly is the LLM stage's locked interface, each call taking the lock
-that guards what it touches: :meth:`~speech_to_speech.llm.BaseLLMHandler.apply_heard_text`
+that guards what it touches: :meth:`~speech_to_speech.llm.stage.BaseLLMHandler.apply_heard_text`
 (cutting a reply to what was heard; the sink calls it the same way on barge-in),
-:meth:`~speech_to_speech.llm.BaseLLMHandler.respond_or_claim` (a response request, or the claim
+:meth:`~speech_to_speech.llm.stage.BaseLLMHandler.respond_or_claim` (a response request, or the claim
 of a follow-up generated ahead), ``prefetch.discard_open`` and reading ``chat.items()``.
 """
 
@@ -19,11 +19,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from speech_to_speech.chat import Chat
-from speech_to_speech.handler import StageControl
-from speech_to_speech.llm import BaseLLMHandler
+from speech_to_speech.core.handler import StageControl
+from speech_to_speech.llm.chat import Chat
+from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.realtime.conversation import Ref
-from speech_to_speech.vad import BaseVADHandler, Endpointer
+from speech_to_speech.turns.vad import BaseVADHandler, Endpointer
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The conversation as the client sees it: ordered protocol items, each tied to its history entry.
 
-The LLM's :class:`~speech_to_speech.chat.Chat` holds what the model reads; this holds what the
+The LLM's :class:`~speech_to_speech.llm.chat.Chat` holds what the model reads; this holds what the
 protocol shows (ids, statuses, transcripts, the order ``previous_item_id`` refers to) and, for
 each item, a :data:`Ref` by which the LLM stage finds the matching history entry: the item's own
 id for items the client created, the turn of a spoken user message or of an assistant reply,

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.cancel import Gate, Stamp
-from speech_to_speech.events import ToolCallReady
-from speech_to_speech.messages import AudioOutput, EndOfResponse, TextOutput
+from speech_to_speech.core.cancel import Gate, Stamp
+from speech_to_speech.core.events import ToolCallReady
+from speech_to_speech.core.messages import AudioOutput, EndOfResponse, TextOutput
 from speech_to_speech.realtime.conversation import Conversation
 from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.realtime.protocol import new_id, server_event

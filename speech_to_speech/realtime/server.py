@@ -1,7 +1,7 @@
 """The realtime server: the OpenAI Realtime protocol over WebSocket (``/v1/realtime``) and WebRTC.
 
 Models load once, at start, and are shared by every session (see
-:mod:`speech_to_speech.shared`); each client gets its own
+:mod:`speech_to_speech.core.shared`); each client gets its own
 :class:`~speech_to_speech.realtime.session.RealtimeSession` (pipeline threads,
 history, turn state), whatever its transport (:mod:`~speech_to_speech.realtime.transport`):
 a WebSocket, or a WebRTC call placed by ``POST /v1/realtime/calls``
@@ -27,11 +27,11 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from speech_to_speech.core.shared import freeze_loaded, limit_malloc_arenas, release_memory
 from speech_to_speech.realtime.http import CALLS_PATH, CallRefused, HTTPConnection, HTTPRoutes
 from speech_to_speech.realtime.protocol import error_event
 from speech_to_speech.realtime.session import RealtimeSession, SessionLimits
 from speech_to_speech.realtime.transport import Transport, WebSocketTransport
-from speech_to_speech.shared import freeze_loaded, limit_malloc_arenas, release_memory
 
 logger = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from openai.types.realtime import (
     SessionUpdateEvent,
 )
 
-from speech_to_speech.cancel import Stamp
-from speech_to_speech.events import (
+from speech_to_speech.core.cancel import Stamp
+from speech_to_speech.core.events import (
     BargeIn,
     Event,
     EventBus,
@@ -50,10 +50,10 @@ from speech_to_speech.events import (
     UserTranscript,
     UserTranscriptDelta,
 )
-from speech_to_speech.llm import BaseLLMHandler
-from speech_to_speech.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
-from speech_to_speech.pipeline import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
-from speech_to_speech.queues import StageQueue
+from speech_to_speech.core.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.stage import BaseLLMHandler
+from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, VADSettings
 from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
@@ -70,7 +70,7 @@ from speech_to_speech.realtime.protocol import (
 from speech_to_speech.realtime.responses import ResponseOutput
 from speech_to_speech.realtime.sink import ClientSink
 from speech_to_speech.realtime.wire import WIRE_RATE, decode_audio
-from speech_to_speech.vad import SAMPLE_RATE, BaseVADHandler
+from speech_to_speech.turns.vad import SAMPLE_RATE, BaseVADHandler
 
 logger = logging.getLogger(__name__)
 
@@ -134,10 +134,10 @@ class RealtimeSession:
 
     # -- pipeline -----------------------------------------------------------------------
     def _build(self) -> None:
-        """The session's pipeline: :func:`~speech_to_speech.pipeline.build` (the builder of local
+        """The session's pipeline: :func:`~speech_to_speech.pipeline.builder.build` (the builder of local
         mode too) with the session's ends, no source stage (the client's audio and requests go on
         :attr:`inputs`) and the client's sink (:class:`ClientSink`), and the features of
-        :data:`~speech_to_speech.pipeline.SESSION`."""
+        :data:`~speech_to_speech.pipeline.builder.SESSION`."""
 
         def make_sink(queue: StageQueue, shared: Shared) -> ClientSink:
             on_failed = lambda: self._discard_prefetch("response failed")  # noqa: E731
@@ -476,7 +476,7 @@ class RealtimeSession:
 
     def _on_speech_event(self, event: Event) -> None:
         """The user's speech becomes protocol events. Speech that paused a reply is not reported
-        until its words decide (:mod:`~speech_to_speech.interruptions`): a client stops playback
+        until its words decide (:mod:`~speech_to_speech.turns.interruptions`): a client stops playback
         and truncates the reply on ``speech_started``, so a backchannel or false start, which
         resumes the reply, is never reported at all; a real interruption is reported then, with
         every event held for it in order (``speech_started`` at the speech's start offset, then

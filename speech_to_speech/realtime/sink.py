@@ -6,9 +6,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from speech_to_speech.messages import AudioOutput, EndOfResponse, TextOutput
-from speech_to_speech.playback import PacedAudioSink
+from speech_to_speech.core.messages import AudioOutput, EndOfResponse, TextOutput
 from speech_to_speech.realtime.wire import WIRE_RATE
+from speech_to_speech.speech.playback import PacedAudioSink
 
 
 class OutputTarget(Protocol):

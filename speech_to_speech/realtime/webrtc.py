@@ -33,6 +33,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc.mediastreams import AudioFrame, MediaStreamError, MediaStreamTrack  # AudioFrame: PyAV's, as aiortc uses it
 
+from speech_to_speech.core.audio import float_to_int16, int16_to_float
 from speech_to_speech.realtime.media import MEDIA_RATE, OutputAudioBuffer
 from speech_to_speech.realtime.protocol import ProtocolError, error_event, new_id
 from speech_to_speech.realtime.transport import AudioFeed
@@ -84,7 +85,7 @@ class OutputTrack(MediaStreamTrack):
                 await asyncio.sleep(delay)
         self._frames += 1
         samples, _ = self.buffer.next_frame()
-        pcm = (np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16).reshape(1, -1)
+        pcm = float_to_int16(samples).reshape(1, -1)
         frame = AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
         frame.sample_rate = self.buffer.rate
         frame.pts = self._pts
@@ -102,7 +103,7 @@ def frame_to_mono(frame: AudioFrame) -> np.ndarray:
     else:
         data = data.reshape(-1, channels).mean(axis=1)
     if frame.format.name.startswith("s16"):
-        return (data / 32768.0).astype(np.float32)
+        return int16_to_float(data)
     return data.astype(np.float32)
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from speech_to_speech.core import audio
+from speech_to_speech.core.audio import WIRE_RATE
 from speech_to_speech.realtime.protocol import ProtocolError
 
-#: the wire format: 16-bit little-endian mono PCM at 24 kHz
-WIRE_RATE = 24_000
+__all__ = ["WIRE_RATE", "decode_audio", "encode_audio", "float_to_pcm16", "pcm16_to_float"]
 
 
 def pcm16_to_float(data: bytes) -> np.ndarray:
@@ -20,14 +21,15 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
     Raises:
         ProtocolError: for an odd number of bytes.
     """
-    if len(data) % 2:
-        raise ProtocolError("invalid_audio", "pcm16 audio must have an even number of bytes")
-    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+    try:
+        return audio.pcm16_to_float(data)
+    except ValueError as exc:
+        raise ProtocolError("invalid_audio", str(exc)) from None
 
 
 def float_to_pcm16(samples: np.ndarray) -> bytes:
-    """float32 in [-1, 1] → little-endian int16 PCM bytes (clipped)."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    """float32 in [-1, 1] → little-endian int16 PCM bytes (clipped, rounded: :mod:`core.audio`)."""
+    return audio.float_to_pcm16(samples)
 
 
 def decode_audio(audio_b64: Any) -> np.ndarray:

@@ -1,0 +1,245 @@
+"""Typed messages that travel between pipeline stages.
+
+Every message except :class:`EndOfStream` carries the :class:`~speech_to_speech.core.cancel.Stamp`
+of the turn it belongs to, so any stage can drop it once it is stale.
+
+Audio conventions: mono ``float32`` in [-1, 1]; the sample rate travels with the
+audio in Hz.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from speech_to_speech.core.cancel import Stamp
+
+
+class EndOfStream:
+    """Sentinel: the source is exhausted. Each stage forwards it, then stops."""
+
+    _instance: EndOfStream | None = None
+
+    def __new__(cls) -> EndOfStream:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "EndOfStream"
+
+
+END_OF_STREAM = EndOfStream()
+
+
+@dataclass
+class AudioChunk:
+    """A block of input audio from a source (microphone or file).
+
+    Attributes:
+        samples: shape ``(n,)`` float32 in [-1, 1].
+        sample_rate: Hz (16,000 after the source's resampling).
+        time: ``time.monotonic()`` when the chunk was delivered (its last sample).
+        stream_offset: index of the chunk's first sample in the input stream.
+    """
+
+    samples: np.ndarray
+    sample_rate: int
+    time: float
+    stream_offset: int = 0
+
+
+@dataclass
+class SpeechSegment:
+    """One endpointed user utterance from the VAD.
+
+    Attributes:
+        stamp: the new turn's stamp.
+        samples: shape ``(n,)`` float32, 16 kHz, including pre-roll and padding.
+        sample_rate: Hz.
+        speech_end_time: monotonic time when the last speech chunk arrived.
+        endpoint_time: monotonic time when the VAD decided the turn was over.
+        stream_end_offset: input-stream sample index where speech ended.
+        wants_audio: False when the reply should be text only.
+        respond: False to transcribe into history without answering (client-driven turns).
+        speculative: sent on a short pause before the endpoint was confirmed; its output is
+            held until the VAD confirms the endpoint (see :mod:`speech_to_speech.turns.speculation`)
+            and dropped if the user speaks on (a new revision supersedes it).
+        during_reply: spoken while a reply was in flight, which it paused: as likely a
+            backchannel ("mm-hmm") as words (see :mod:`speech_to_speech.turns.interruptions`).
+    """
+
+    stamp: Stamp
+    samples: np.ndarray
+    sample_rate: int
+    speech_end_time: float
+    endpoint_time: float
+    stream_end_offset: int = 0
+    wants_audio: bool = True
+    respond: bool = True
+    speculative: bool = False
+    during_reply: bool = False
+
+
+@dataclass
+class PartialSpeech:
+    """The audio of a turn so far, while the user is still speaking: for a partial transcript.
+
+    The STT skips it when it is behind (more input waiting) or when the pass would
+    still be running at ``deadline``, so a partial never delays a turn's final transcript.
+
+    Attributes:
+        stamp: the turn's stamp.
+        samples: shape ``(n,)`` float32, 16 kHz, from the turn's start (pre-roll included).
+        sample_rate: Hz.
+        time: monotonic time when the last chunk of ``samples`` arrived.
+        deadline: monotonic time before which the turn's next segment cannot reach the STT
+            (the VAD needs that much silence first); a partial pass should end before it.
+    """
+
+    stamp: Stamp
+    samples: np.ndarray
+    sample_rate: int
+    time: float
+    deadline: float
+
+
+@dataclass
+class Transcript:
+    """User text for the LLM: an STT transcript or a typed turn.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: the user's words.
+        language: ISO 639-1 code when known (e.g. ``"en"``).
+        speech_end_time: monotonic end of user speech (or submission time for text).
+        stt_ms: STT time in ms (None for typed turns).
+        wants_audio: False for a text-only response (raw text, no TTS).
+        respond: False to only add the text to history (the client asks for a response later).
+        item_id: the conversation item id the client knows this turn by.
+    """
+
+    stamp: Stamp
+    text: str
+    language: str | None = None
+    speech_end_time: float = 0.0
+    stt_ms: float | None = None
+    wants_audio: bool = True
+    respond: bool = True
+    item_id: str | None = None
+
+
+@dataclass
+class ResponseRequest:
+    """Ask the LLM for a response from the history as it is (e.g. a client's ``response.create``).
+
+    Attributes:
+        stamp: the response's stamp.
+        wants_audio: False for a text-only response.
+        instructions: replaces the session instructions for this response (None: keep).
+        tools: replaces the session tools for this response (None: keep).
+        tool_choice: "auto", "required" or "none" for this response (None: keep).
+    """
+
+    stamp: Stamp
+    wants_audio: bool = True
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | None = None
+
+
+@dataclass
+class FunctionOutput:
+    """The result of a function call, for history (a client's ``function_call_output`` item).
+
+    Attributes:
+        call_id: the call it answers.
+        output: the result, usually JSON.
+    """
+
+    call_id: str
+    output: str
+
+
+@dataclass
+class TTSInput:
+    """Text of one or more complete sentences to speak.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: speakable text (never empty).
+    """
+
+    stamp: Stamp
+    text: str
+
+
+@dataclass
+class TextOutput:
+    """A raw text delta of a text-only response (unfiltered, unsplit); TTS passes it on.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: the delta as the LLM produced it.
+    """
+
+    stamp: Stamp
+    text: str
+
+
+@dataclass
+class ToolCallRequest:
+    """A complete function call produced by the LLM, in order with the speech around it.
+
+    Attributes:
+        stamp: the turn's stamp.
+        call_id: pairs the call with its output.
+        name: the function name.
+        arguments: JSON-encoded arguments.
+    """
+
+    stamp: Stamp
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class AudioOutput:
+    """A chunk of assistant audio.
+
+    Attributes:
+        stamp: the turn's stamp.
+        samples: shape ``(n,)`` float32 in [-1, 1].
+        sample_rate: Hz (the TTS engine's native rate; sinks resample once).
+        text: the text this audio speaks, on the chunk that starts a sentence batch.
+    """
+
+    stamp: Stamp
+    samples: np.ndarray
+    sample_rate: int
+    text: str = ""
+
+
+@dataclass
+class EndOfResponse:
+    """Marks the end of one assistant response. Emitted exactly once per response.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: the full reply text as generated.
+        error: a short description when the response failed.
+        usage: token counts, e.g. ``{"input_tokens": 12, "output_tokens": 30}``.
+        cleanup_only: the turn was stale: only close the response, emit nothing for it.
+    """
+
+    stamp: Stamp
+    text: str = ""
+    error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    cleanup_only: bool = False
+
+    #: passes the stale-work gate: even a cancelled response must end
+    bypasses_gate = True

@@ -1,0 +1,326 @@
+"""Interruptions that are real: user speech during a reply pauses it; what was said decides.
+
+A person who hears "yeah" or "mm-hmm" while talking goes on; one who hears "wait,
+stop" stops. So when the user starts speaking while a reply is in flight (from its
+LLM request until its end at the sink), the VAD no longer cancels it: it publishes
+:class:`~speech_to_speech.core.events.SpeechStarted` with ``pauses_reply``, the reply's
+audio is paused at once (the pipeline puts a ``Pause`` in the sink's queue; the
+sink stops within one device block, as for a cut), and :class:`Interruptions`
+waits for the words:
+
+* a backchannel (:func:`~speech_to_speech.turns.backchannel.is_backchannel`), a false
+  start (:func:`~speech_to_speech.turns.backchannel.is_false_start`, an empty transcript)
+  or speech shorter than ``min_speech_ms`` resumes the reply from where it stopped
+  (:class:`~speech_to_speech.core.events.ReplyResumed`, then ``Resume``); its transcript
+  never reaches the LLM (:class:`JudgedTranscripts` drops it), so it is neither
+  answered nor written to history;
+* anything else, a partial transcript of more words than a backchannel has, or no
+  verdict in time (``resume_within_ms`` after the speech started, or after it ended
+  if it ended before that) is a real interruption
+  (:class:`~speech_to_speech.core.events.BargeIn`): the pipeline bumps the cancel
+  generation, keeping the user's turn valid (:meth:`~speech_to_speech.core.cancel.Gate.cancel`),
+  flushes stale work and cuts the reply where the user started speaking, as before.
+
+If the user speaks on after a resume (a superseded or reopened backchannel), the
+reply is paused and judged again, with the whole utterance.
+
+:class:`RepliesInFlight` is the book-keeping both use: which turns have a reply in
+flight and whether any of its audio reached the sink. A reply cancelled before that
+had nothing heard: it gets a :class:`~speech_to_speech.core.events.ResponseInterrupted`
+with no words, so history keeps no text of it (only the interruption marker).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import threading
+import time
+from typing import Any
+
+from speech_to_speech.core.events import (
+    BargeIn,
+    EmptyTranscript,
+    Event,
+    EventBus,
+    FirstAudio,
+    ReplyPaused,
+    ReplyResumed,
+    ResponseDone,
+    ResponseInterrupted,
+    ResponseStarted,
+    SpeechDiscarded,
+    SpeechStarted,
+    SpeechStopped,
+    TurnSpeculated,
+    TurnSuperseded,
+    UserTranscriptDelta,
+)
+from speech_to_speech.core.messages import Transcript
+from speech_to_speech.core.queues import DEFAULT_MAXSIZE, StageQueue
+from speech_to_speech.turns.backchannel import MAX_BACKCHANNEL_WORDS, is_backchannel, is_false_start
+
+logger = logging.getLogger(__name__)
+
+#: how long a real interruption's transcript waits for the interrupted replies to be cut in
+#: history before it goes on to the LLM (normally a few ms: the sink's report), s
+CUT_WAIT_S = 0.5
+#: user turns remembered as resolved (dropped as backchannels), to re-judge if they go on
+RESOLVED_KEPT = 16
+#: a partial transcript with at least this many words that is not a backchannel interrupts at once
+#: (more than a backchannel has: a partial pass over a short "mm hmm" can read "and then them")
+PARTIAL_WORDS = MAX_BACKCHANNEL_WORDS + 1
+
+
+class RepliesInFlight:
+    """Which turns have a reply in flight, from its LLM request to its end at the sink. Thread-safe.
+
+    Fed by the pipeline's events: :class:`ResponseStarted` opens a reply,
+    :class:`FirstAudio` marks that its audio reached the sink, :class:`ResponseDone`
+    closes it; :class:`TurnSuperseded` closes a speculative revision's reply (its end
+    is dropped before the sink, and the next revision starts its own).
+    """
+
+    def __init__(self, bus: EventBus) -> None:
+        self._lock = threading.Lock()
+        self._replies: dict[int, bool] = {}  # turn id -> some of its audio reached the sink
+        bus.subscribe(self.on_event)
+
+    def on_event(self, event: Event) -> None:
+        """Track one event."""
+        with self._lock:
+            if isinstance(event, ResponseStarted):
+                self._replies.setdefault(event.turn_id, False)
+            elif isinstance(event, FirstAudio):
+                if event.turn_id in self._replies:
+                    self._replies[event.turn_id] = True
+            elif isinstance(event, (ResponseDone, TurnSuperseded)):
+                self._replies.pop(event.turn_id, None)
+
+    def turns(self, other_than: int | None = None) -> list[int]:
+        """Turns with a reply in flight (except ``other_than``), oldest first."""
+        with self._lock:
+            return [turn for turn in self._replies if turn != other_than]
+
+    def silent(self, other_than: set[int] | None = None) -> list[int]:
+        """Turns whose reply is in flight with none of its audio at the sink yet."""
+        with self._lock:
+            return [turn for turn, audible in self._replies.items() if not audible and turn not in (other_than or ())]
+
+    def audible(self) -> list[int]:
+        """Turns whose reply is in flight and has audio at the sink."""
+        with self._lock:
+            return [turn for turn, audible in self._replies.items() if audible]
+
+
+def clearly_words(text: str, language: str | None = "en") -> bool:
+    """Whether a (partial) transcript already shows an interruption: at least
+    :data:`PARTIAL_WORDS` words, neither a backchannel nor a false start."""
+    words = re.findall(r"[\w']+", text)
+    return len(words) >= PARTIAL_WORDS and not is_false_start(text) and not is_backchannel(text, language)
+
+
+class Interruptions:
+    """Judges user speech that paused a reply: resume it, or interrupt for real. Thread-safe.
+
+    The decisions are published as events (:class:`ReplyPaused`, :class:`ReplyResumed`,
+    :class:`BargeIn`); the pipeline acts on them (control messages to the sink, the
+    cancel and flush). Inputs: the bus's events and :meth:`judge` (the STT's transcripts).
+
+    Args:
+        bus: the pipeline's event bus (subscribed to here).
+        replies: the replies in flight.
+        resume_within_ms: a paused reply resumes only on a verdict within this time after
+            the user started speaking or, once they stopped, after they stopped (the words
+            of a short utterance need the STT's time); later, the speech interrupts it, ms.
+    """
+
+    def __init__(self, bus: EventBus, replies: RepliesInFlight, resume_within_ms: int = 1500) -> None:
+        self.bus = bus
+        self.replies = replies
+        self.resume_within_s = resume_within_ms / 1000
+        self._changed = threading.Condition()
+        self._pending: dict[int, float] = {}  # user turn being judged -> when it started speaking
+        self._paused_at: float | None = None
+        self._resolved: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._cut: set[int] = set()  # reply turns reported cut since the last barge-in
+        self._timer: threading.Timer | None = None
+        self._round = 0  # which pause the timer belongs to
+        bus.subscribe(self.on_event)
+
+    # -- the VAD's question ---------------------------------------------------------------
+    def reply_in_flight(self, other_than: int | None = None) -> bool:
+        """Whether speech starting now would pause a reply (one in flight, not ``other_than``'s)."""
+        return bool(self.replies.turns(other_than))
+
+    @property
+    def paused(self) -> bool:
+        """A reply is paused, waiting for the words of :attr:`pending`."""
+        with self._changed:
+            return bool(self._pending)
+
+    @property
+    def pending(self) -> list[int]:
+        """The user turns being judged."""
+        with self._changed:
+            return list(self._pending)
+
+    # -- events -----------------------------------------------------------------------------
+    def on_event(self, event: Event) -> None:
+        """Open, resolve or decide a pause from the pipeline's events."""
+        if isinstance(event, SpeechStarted) and event.pauses_reply:
+            self._open(event.turn_id, event.time)
+        elif isinstance(event, TurnSuperseded):
+            with self._changed:
+                again = event.turn_id in self._resolved and event.turn_id not in self._pending
+            if again and self.reply_in_flight(event.turn_id):
+                self._open(event.turn_id, event.time)  # the "backchannel" goes on: judge it again, whole
+        elif isinstance(event, (TurnSpeculated, SpeechStopped)):
+            self._arm(event.turn_id)  # the speech ended: its words get their time from now
+        elif isinstance(event, SpeechDiscarded):
+            self._resolve(event.turn_id, "too_short", "")
+        elif isinstance(event, EmptyTranscript):
+            self._resolve(event.turn_id, "no_words", "")
+        elif isinstance(event, UserTranscriptDelta):
+            if event.turn_id in self.pending and clearly_words(event.text):
+                self._barge_in(event.turn_id, "words", event.text)
+        elif isinstance(event, (ResponseInterrupted, ResponseDone)):
+            with self._changed:
+                self._cut.add(event.turn_id)
+                self._changed.notify_all()
+
+    # -- the STT's transcripts ----------------------------------------------------------------
+    def judge(self, item: Transcript) -> bool:
+        """Decide on the transcript of speech that paused a reply.
+
+        Returns:
+            True if the transcript goes on to the LLM (not a pausing turn, or a real
+            interruption: then only once the interrupted replies are cut in history,
+            at most :data:`CUT_WAIT_S`); False if it is dropped (the reply resumes).
+        """
+        turn = item.stamp.turn_id
+        if turn not in self.pending:
+            return True
+        text = item.text
+        if is_false_start(text):
+            return not self._resolve(turn, "false_start", text)
+        if is_backchannel(text, item.language):
+            return not self._resolve(turn, "backchannel", text)
+        self._barge_in(turn, "words", text, wait_s=CUT_WAIT_S)
+        return True
+
+    # -- decisions ----------------------------------------------------------------------------
+    def _open(self, turn: int, at: float) -> None:
+        with self._changed:
+            first = not self._pending
+            self._pending[turn] = at
+            self._resolved.pop(turn, None)
+            if not first:
+                return
+            self._paused_at = at
+            self._arm_locked()
+        self.bus.publish(ReplyPaused(turn, at=at, reply_turn_ids=self.replies.turns(turn)))
+
+    def _arm(self, turn: int) -> None:
+        """Give the verdict on ``turn`` :attr:`resume_within_s` from now, if it is being judged."""
+        with self._changed:
+            if turn in self._pending:
+                self._arm_locked()
+
+    def _arm_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._round += 1
+        self._timer = threading.Timer(self.resume_within_s, self._expire, args=(self._round,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _close_locked(self) -> float:
+        """End the pause (lock held); return how long it lasted, ms."""
+        paused_ms = (time.monotonic() - (self._paused_at or time.monotonic())) * 1000
+        self._paused_at = None
+        self._pending.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return paused_ms
+
+    def _resolve(self, turn: int, reason: str, text: str) -> bool:
+        """``turn`` did not interrupt; resume once no other turn is being judged.
+
+        Returns:
+            True if ``turn`` was being judged (so its transcript is to be dropped).
+        """
+        with self._changed:
+            if turn not in self._pending:
+                return False
+            del self._pending[turn]
+            self._resolved[turn] = None
+            while len(self._resolved) > RESOLVED_KEPT:
+                self._resolved.popitem(last=False)
+            if self._pending:
+                return True
+            paused_ms = self._close_locked()
+        logger.info("turn %d: %s (%r), the reply resumes after %.0f ms", turn, reason, text, paused_ms)
+        self.bus.publish(ReplyResumed(turn, reason=reason, text=text, paused_ms=paused_ms))
+        return True
+
+    def _barge_in(self, turn: int, reason: str, text: str, wait_s: float = 0.0) -> None:
+        """``turn`` interrupts: cancel the replies in flight (keeping every turn being judged)."""
+        with self._changed:
+            if turn not in self._pending:
+                return
+            at = self._paused_at or time.monotonic()
+            keep = list(self._pending)
+            self._close_locked()
+            audible = self.replies.audible()
+            self._cut.difference_update(audible)
+        decision_ms = (time.monotonic() - at) * 1000
+        logger.info("turn %d interrupts (%s, %r) after %.0f ms", turn, reason, text, decision_ms)
+        self.bus.publish(BargeIn(turn, reason=reason, text=text, at=at, decision_ms=decision_ms, keep_turn_ids=keep))
+        if wait_s > 0:
+            deadline = time.monotonic() + wait_s
+            with self._changed:
+                while not set(audible) <= self._cut and time.monotonic() < deadline:
+                    self._changed.wait(max(0.0, deadline - time.monotonic()))
+
+    def _expire(self, round_: int) -> None:
+        with self._changed:
+            if round_ != self._round or not self._pending:
+                return
+            turn = next(iter(self._pending))
+        self._barge_in(turn, "timeout", "")
+
+    def close(self) -> None:
+        """Stop the timer (the pipeline is stopping)."""
+        with self._changed:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+
+class JudgedTranscripts(StageQueue):
+    """The STT → LLM queue: the transcript of speech that paused a reply is judged on its way in.
+
+    A backchannel or false start is dropped here (the reply resumes), so the LLM never
+    sees it; anything else goes on, after the interrupted reply was cut.
+
+    Args:
+        interruptions: the pipeline's judge.
+        maxsize: capacity in items.
+    """
+
+    def __init__(self, interruptions: Interruptions, maxsize: int = DEFAULT_MAXSIZE) -> None:
+        super().__init__(maxsize)
+        self.interruptions = interruptions
+
+    def put_unless_stopped(self, item: Any, stop: threading.Event, poll_s: float = 0.1) -> bool:
+        """Judge a :class:`Transcript`, then enqueue it unless it was dropped.
+
+        Returns:
+            True if the item was enqueued; False if it was dropped or ``stop`` was set.
+        """
+        if isinstance(item, Transcript) and not self.interruptions.judge(item):
+            return False
+        return super().put_unless_stopped(item, stop, poll_s)

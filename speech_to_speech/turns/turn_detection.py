@@ -1,0 +1,148 @@
+"""Semantic end of turn: after a short pause, a model judges from the audio whether the user is done.
+
+``--turn_detection`` picks how a turn ends:
+
+* ``smart_turn``: after ``speculative_silence_ms`` of silence (200 ms), the Smart Turn
+  model (:mod:`handlers.turn.smart_turn`) scores the utterance; ``p >= turn_threshold``
+  ends the turn at once, otherwise it ends after ``turn_max_silence_ms`` of silence
+  (2 s), unless speech resumes first and continues it;
+* ``silence``: the plain VAD rule, ``min_silence_ms`` of silence;
+* ``auto`` (the default): ``smart_turn`` when its model is installed (the ``smart-turn``
+  extra), else ``silence``.
+
+The model runs in the VAD stage, once per pause (about 30 ms on one core), never per chunk:
+the endpoint cannot be decided before its answer, and the chunks that arrive meanwhile wait
+in the VAD's input queue and are scored in well under a millisecond each afterwards.
+
+Like the registry, this module names the model's handler by import path and imports it
+only when it is used (``speech_to_speech`` never imports ``handlers`` at import time).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from speech_to_speech.core.shared import shared_model
+
+logger = logging.getLogger(__name__)
+
+#: values of ``--turn_detection``
+TURN_DETECTION_MODES = ("auto", "smart_turn", "silence")
+#: the module of the Smart Turn model wrapper (imported lazily)
+SMART_TURN_MODULE = "handlers.turn.smart_turn"
+#: the realtime protocol's ``semantic_vad`` eagerness → the silence bound of an unfinished turn, ms
+#: (OpenAI's own bounds are 8, 4 and 2 s; these keep their proportions around our 2 s default)
+EAGERNESS_MAX_SILENCE_MS = {"low": 4000, "medium": 2000, "auto": 2000, "high": 1000}
+#: what to run for a missing model
+INSTALL_HINT = "install it with: pip install 'speech-to-speech[smart-turn]', or use --turn_detection silence"
+
+
+class TurnModelUnavailable(FileNotFoundError):
+    """``--turn_detection smart_turn`` was asked for but its model is not installed."""
+
+
+class EndOfTurnModel(Protocol):
+    """What :class:`TurnDetector` needs of a model."""
+
+    def probability(self, samples: np.ndarray) -> float:
+        """P(the turn is complete) for float32 mono ``samples`` at 16 kHz."""
+        ...
+
+
+def smart_turn_installed() -> bool:
+    """Whether the Smart Turn model file can be found (reads no model, imports no pipecat)."""
+    try:
+        module = importlib.import_module(SMART_TURN_MODULE)
+    except ImportError:
+        return False
+    return module.smart_turn_model_path() is not None
+
+
+def resolve_turn_detection(mode: str) -> str:
+    """The mode that will run: ``auto`` becomes ``smart_turn`` or ``silence``.
+
+    Raises:
+        ValueError: an unknown mode.
+        TurnModelUnavailable: ``smart_turn`` without its model.
+    """
+    mode = mode.strip().lower()
+    if mode not in TURN_DETECTION_MODES:
+        raise ValueError(f"--turn_detection must be one of {', '.join(TURN_DETECTION_MODES)}, got {mode!r}")
+    if mode == "silence":
+        return mode
+    installed = smart_turn_installed()
+    if mode == "smart_turn" and not installed:
+        raise TurnModelUnavailable(f"--turn_detection smart_turn: the Smart Turn model is missing; {INSTALL_HINT}")
+    if mode == "auto" and not installed:
+        logger.info("Smart Turn model not installed: turns end after --min_silence_ms of silence")
+    return "smart_turn" if installed else "silence"
+
+
+@dataclass
+class TurnVerdict:
+    """One judgement of :class:`TurnDetector`.
+
+    Attributes:
+        complete: the probability reached the threshold.
+        probability: P(the turn is complete), 0-1.
+        ms: how long the model took, ms.
+    """
+
+    complete: bool
+    probability: float
+    ms: float
+
+
+class TurnDetector:
+    """Judges whether an utterance is a finished turn.
+
+    Args:
+        model: an end-of-turn model (e.g. ``SmartTurnModel``).
+        threshold: a probability at or above this is "complete" (0-1).
+
+    Attributes:
+        calls: how many judgements were made.
+    """
+
+    def __init__(self, model: EndOfTurnModel, threshold: float = 0.5) -> None:
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"turn_threshold must be in (0, 1), got {threshold}")
+        self.model = model
+        self.threshold = threshold
+        self.calls = 0
+
+    def judge(self, samples: np.ndarray) -> TurnVerdict:
+        """Score float32 mono 16 kHz ``samples`` (the utterance up to now, trailing pause included)."""
+        started = time.monotonic()
+        probability = float(self.model.probability(samples))
+        self.calls += 1
+        return TurnVerdict(probability >= self.threshold, probability, (time.monotonic() - started) * 1000)
+
+
+def load_turn_detector(mode: str, threshold: float = 0.5) -> TurnDetector | None:
+    """The detector for ``--turn_detection mode`` (None for plain silence), its model loaded once
+    per process (server sessions share it).
+
+    Raises:
+        ValueError, TurnModelUnavailable: see :func:`resolve_turn_detection`.
+    """
+    if resolve_turn_detection(mode) == "silence":
+        return None
+    module: Any = importlib.import_module(SMART_TURN_MODULE)
+
+    def load() -> EndOfTurnModel:
+        model = module.SmartTurnModel()
+        model.probability(np.zeros(module.SAMPLE_RATE, dtype=np.float32))  # the first call is slow (~150 ms)
+        return model
+
+    try:
+        model = shared_model(("smart_turn", "v3.2"), load)
+    except FileNotFoundError as exc:
+        raise TurnModelUnavailable(f"Smart Turn: {exc}; {INSTALL_HINT}") from None
+    return TurnDetector(model, threshold)

@@ -1,0 +1,101 @@
+"""The runtime's layout is its architecture (docs/architecture.md, "Layout"): every module sits in a
+wing, and imports run only down the wings' order, never back up or sideways between siblings."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speech_to_speech.core import audio
+
+PACKAGE = Path(__file__).resolve().parents[1] / "speech_to_speech"
+#: each wing's level; a module may import its own wing and wings of a strictly lower level
+LEVELS = {"core": 0, "speech": 1, "turns": 2, "llm": 2, "pipeline": 3, "realtime": 4, "client": 5}
+#: modules allowed at the top of the package: the entry point sits above every wing
+TOP_LEVEL = {"__init__", "main"}
+#: the limit of docs/architecture.md ("no file over 600 lines")
+MAX_LINES = 600
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def wing_of(path: Path) -> str | None:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def imported_wings(path: Path) -> list[tuple[int, str]]:
+    """(line, wing) of every ``speech_to_speech.<wing>`` import in ``path``, at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] if node.level == 0 else []
+            assert node.level == 0, f"{path.name}:{node.lineno}: relative import"
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "speech_to_speech" and len(parts) > 1:
+                found.append((node.lineno, parts[1]))
+    return found
+
+
+def test_every_module_sits_in_a_known_wing() -> None:
+    stray = [
+        str(p.relative_to(PACKAGE))
+        for p in modules()
+        if (wing_of(p) is None and p.stem not in TOP_LEVEL) or (wing_of(p) not in LEVELS and wing_of(p) is not None)
+    ]
+    assert stray == []
+
+
+def test_imports_run_only_down_the_wings() -> None:
+    wrong = []
+    for path in modules():
+        wing = wing_of(path)
+        if wing is None:
+            continue  # the entry point may import anything
+        for line, target in imported_wings(path):
+            if target == wing:
+                continue
+            if target not in LEVELS or LEVELS[target] >= LEVELS[wing]:
+                wrong.append(f"{path.relative_to(PACKAGE)}:{line} imports {target}")
+    assert wrong == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from speech_to_speech.realtime.session import RealtimeSession\n")
+    assert imported_wings(bad) == [(2, "realtime")]
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_over_the_line_limit(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def test_one_pcm16_codec_rounds_and_round_trips() -> None:
+    samples = np.array([0.0, 0.5, -0.5, 1.0, -1.0, 2.0, 0.75 / 32767], dtype=np.float32)
+    ints = audio.float_to_int16(samples)
+    assert ints.tolist() == [0, 16384, -16384, 32767, -32767, 32767, 1]  # rounded, clipped
+    back = audio.pcm16_to_float(audio.float_to_pcm16(samples))
+    assert back.dtype == np.float32
+    assert np.max(np.abs(back[:5] - samples[:5])) < 1 / 32767
+    with pytest.raises(ValueError, match="even number"):
+        audio.pcm16_to_float(b"\x00\x01\x02")
+
+
+def test_no_other_module_scales_pcm16_itself() -> None:
+    """32767/32768 appear only in core/audio.py: every edge converts through the one codec."""
+    offenders = [
+        str(p.relative_to(PACKAGE))
+        for p in modules()
+        if p != PACKAGE / "core" / "audio.py" and ("32767" in p.read_text() or "32768" in p.read_text())
+    ]
+    assert offenders == []

@@ -22,6 +22,7 @@ from speech_to_speech.core.events import (
     Event,
     EventBus,
     FirstAudio,
+    ReplyCut,
     ReplyPaused,
     ReplyResumed,
     ResponseDone,
@@ -33,12 +34,19 @@ from speech_to_speech.core.events import (
     TurnSuperseded,
     UserTranscriptDelta,
 )
-from speech_to_speech.core.messages import END_OF_STREAM, EndOfResponse, SpeechSegment, Transcript
+from speech_to_speech.core.messages import (
+    END_OF_STREAM,
+    EndOfResponse,
+    Interrupt,
+    Pause,
+    Resume,
+    SpeechSegment,
+    Transcript,
+)
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.pipeline.builder import Pipeline
 from speech_to_speech.speech.audio_io import FileSink, StreamClock
-from speech_to_speech.speech.playback import Interrupt, Pause, Resume
 from speech_to_speech.turns.endpointer import BY_END_OF_INPUT, BY_MAX_SPEECH, BY_MODEL, BY_SILENCE, DEFAULT_PAUSE_MS
 from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.turns.turn_detection import (
@@ -506,23 +514,29 @@ def test_after_the_reply_a_backchannel_is_an_answer(judge: Callable[..., Judge])
 
 # -- history for a reply cancelled before any of its audio played -----------------------------------
 def test_a_reply_cancelled_before_its_first_audio_leaves_no_text_in_history() -> None:
-    llm, _ = make_llm(Script(["Paris is the capital. ", "It is big."]))
+    llm, events = make_llm(Script(["Paris is the capital. ", "It is big."]), inq=StageQueue(8))
     replies = RepliesInFlight(llm.bus)
-    pipeline = Pipeline([llm], llm.stop_event, llm.gate, llm.bus, StreamClock(), [], None, replies)
+    pipeline = Pipeline([llm], llm.stop_event, llm.gate, llm.bus, StreamClock(), None, replies)
     llm.bus.subscribe(pipeline.on_event)
     ask(llm, "What is the capital of France?")
     assert history(llm)[-1] == ("assistant", "Paris is the capital. It is big.")  # written, not heard yet
     assert replies.silent() == [1]
     llm.gate.cancel()  # the user barged in before the first audio reached the sink
     pipeline.interrupt(time.monotonic(), report_silent=True)
+    assert history(llm)[-1] == ("assistant", "Paris is the capital. It is big.")  # the LLM's thread cuts it:
+    assert llm.input_queue is not None
+    queued = [llm.input_queue.get_nowait() for _ in range(llm.input_queue.qsize())]
+    assert [type(m).__name__ for m in queued] == ["CutToHeard", "Interrupt"]  # both at the head, the cut last put
+    queued[0].apply(llm)
     assert history(llm) == [("user", "What is the capital of France?"), ("assistant", INTERRUPTION_MARKER.strip())]
+    assert [(e.turn_id, e.heard_text) for e in events if isinstance(e, ReplyCut)] == [(1, "")]
 
 
 def test_speech_that_cancelled_nothing_reports_nothing() -> None:
     """With --interrupt_response false the VAD does not cancel: the reply is still heard whole."""
     llm, events = make_llm(Script(["Paris is the capital."]))
     replies = RepliesInFlight(llm.bus)
-    pipeline = Pipeline([llm], llm.stop_event, llm.gate, llm.bus, StreamClock(), [], None, replies)
+    pipeline = Pipeline([llm], llm.stop_event, llm.gate, llm.bus, StreamClock(), None, replies)
     llm.bus.subscribe(pipeline.on_event)
     ask(llm, "What is the capital of France?")
     llm.bus.publish(SpeechStarted(2, barge_in=False))

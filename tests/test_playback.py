@@ -21,11 +21,11 @@ import soxr
 from speech_to_speech.core.cancel import Gate, Stamp
 from speech_to_speech.core.events import EventBus, FirstAudio, ResponseDone, ResponseInterrupted
 from speech_to_speech.core.handler import BaseHandler
-from speech_to_speech.core.messages import END_OF_STREAM, AudioOutput, EndOfResponse, Transcript, TTSInput
+from speech_to_speech.core.messages import END_OF_STREAM, AudioOutput, EndOfResponse, Interrupt, Transcript, TTSInput
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.pipeline.builder import Pipeline
 from speech_to_speech.speech.audio_io import FileSink, StreamClock
-from speech_to_speech.speech.playback import Interrupt, PacedAudioSink, RealtimeQueue
+from speech_to_speech.speech.playback import PacedAudioSink, RealtimeQueue
 from tests.fakes import RecordingSink, Write
 from tests.helpers import BusLog, wait_until
 
@@ -439,24 +439,29 @@ def test_file_sink_is_at_least_as_long_as_the_run(rig_factory: Callable[..., Sin
     assert np.isclose(written, 0.5, atol=1e-3).sum() == pytest.approx(0.1 * RATE, abs=2)
 
 
-# -- Pipeline.interrupt ----------------------------------------------------------------------------
+# -- Pipeline.interrupt: an Interrupt message at the head of every stage's queue -------------------
 
 
-class IdleStage(BaseHandler):
-    """A stage that is never started; it only gives the pipeline its queues."""
+class Recorder(BaseHandler):
+    """A stage that records what it processes and every flush it receives, in order."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(output_queue=None, **kwargs)
+        self.seen: list[Any] = []
 
     def process(self, item: Any) -> None:
-        return None
+        self.seen.append(item)
+
+    def flushed(self, message: Any) -> None:
+        self.seen.append(message)
 
 
-def test_pipeline_interrupt_drops_stale_items_but_keeps_end_markers() -> None:
+def test_pipeline_interrupt_reaches_every_stage_first_and_each_drops_its_own_stale_items() -> None:
     stop, gate, bus = threading.Event(), Gate(), EventBus()
     tts_inputs, audio_out = StageQueue(32), StageQueue(64)
     common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
-    llm = IdleStage(input_queue=None, output_queue=tts_inputs, **common)
-    tts = IdleStage(input_queue=tts_inputs, output_queue=audio_out, **common)
-    sink = RecordingSink(input_queue=audio_out, sample_rate=RATE, **common)
-    pipeline = Pipeline([llm, tts, sink], stop, gate, bus, StreamClock(), [tts_inputs, audio_out])
+    tts, sink = Recorder(input_queue=tts_inputs, **common), Recorder(input_queue=audio_out, **common)
+    pipeline = Pipeline([tts, sink], stop, gate, bus, StreamClock())
 
     old = gate.new_turn_stamp()
     for item in [TTSInput(old, "one."), TTSInput(old, "two."), EndOfResponse(old, text="one. two.")]:
@@ -470,27 +475,35 @@ def test_pipeline_interrupt_drops_stale_items_but_keeps_end_markers() -> None:
     tts_inputs.put(Transcript(new, "not really here, but valid"))
 
     at = time.monotonic()
-    assert pipeline.interrupt(at) == 4
+    pipeline.interrupt(at)
+    pipeline.interrupt(at)  # a second one finds nothing more to drop
+    for stage in (tts, sink):
+        stage.start()
+    try:
+        assert wait_until(lambda: len(tts.seen) == 5 and len(sink.seen) == 4, WAIT_S)
+    finally:
+        stop.set()
+    # each stage handles the interrupts before anything queued in front of them was processed
+    assert [type(i).__name__ for i in tts.seen] == [
+        "Interrupt",
+        "Interrupt",
+        "EndOfResponse",
+        "TTSInput",
+        "Transcript",
+    ]
+    assert tts.seen[2].stamp == old and tts.seen[3].stamp == new
+    assert [type(i).__name__ for i in sink.seen] == ["Interrupt", "Interrupt", "EndOfResponse", "AudioOutput"]
+    assert sink.seen[0].time == at  # the sink is told when the user barged in
+    assert sink.seen[2].stamp == old and sink.seen[3].stamp == new
+    assert (tts.dropped_stale, sink.dropped_stale) == (2, 2)
 
-    left_tts = [tts_inputs.get_nowait() for _ in range(tts_inputs.qsize())]
-    assert [type(i).__name__ for i in left_tts] == ["EndOfResponse", "TTSInput", "Transcript"]
-    assert left_tts[0].stamp == old and left_tts[1].stamp == new
-    left_audio = [audio_out.get_nowait() for _ in range(audio_out.qsize())]
-    assert [type(i).__name__ for i in left_audio] == ["EndOfResponse", "AudioOutput", "Interrupt"]
-    assert left_audio[0].stamp == old and left_audio[1].stamp == new
-    assert left_audio[2].time == at  # the sink is told when the user barged in
-    # a second interrupt has nothing left to drop but still tells the sink
-    assert pipeline.interrupt(at) == 0
-    assert isinstance(audio_out.get_nowait(), Interrupt)
 
-
-def test_pipeline_interrupt_unblocks_a_full_queue() -> None:
-    """Dropping stale items frees space: a producer blocked on a full queue carries on."""
+def test_an_interrupt_at_a_full_queue_never_blocks_and_frees_the_producer() -> None:
+    """The interrupt goes past ``maxsize`` at once; the stage's drop frees a blocked producer."""
     stop, gate, bus = threading.Event(), Gate(), EventBus()
     audio_out = StageQueue(2)
-    common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
-    sink = RecordingSink(input_queue=audio_out, sample_rate=RATE, **common)
-    pipeline = Pipeline([sink], stop, gate, bus, StreamClock(), [audio_out])
+    sink = Recorder(input_queue=audio_out, stop_event=stop, gate=gate, bus=bus)
+    pipeline = Pipeline([sink], stop, gate, bus, StreamClock())
     old = gate.new_turn_stamp()
     audio_out.put(audio(old, 0.01))
     audio_out.put(audio(old, 0.01))
@@ -506,10 +519,13 @@ def test_pipeline_interrupt_unblocks_a_full_queue() -> None:
     thread.start()
     try:
         assert not put_done.wait(0.1)  # blocked: the queue is full
-        pipeline.interrupt(time.monotonic())
+        pipeline.interrupt(time.monotonic())  # returns at once, though the queue is full
+        assert audio_out.qsize() == 3
+        sink.start()
         assert put_done.wait(WAIT_S)
+        assert wait_until(lambda: len(sink.seen) == 2, WAIT_S)
     finally:
         stop.set()
         thread.join(WAIT_S)
-    kinds = sorted(type(audio_out.get_nowait()).__name__ for _ in range(audio_out.qsize()))
-    assert kinds == ["AudioOutput", "Interrupt"]  # either order: the producer races the interrupt
+    assert [type(i).__name__ for i in sink.seen] == ["Interrupt", "AudioOutput"]
+    assert sink.seen[1].stamp == new

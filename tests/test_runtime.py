@@ -423,3 +423,28 @@ def test_stale_items_never_reach_output_queue_through_running_stage(
 def test_sink_emit_without_output_queue_returns_false(gate: Gate, bus: EventBus) -> None:
     sink = Collector(threading.Event(), StageQueue(1), gate=gate, bus=bus)
     assert not sink.emit(TTSInput(gate.new_turn_stamp(), "nowhere to go"))
+
+
+def test_every_message_says_how_it_behaves_on_a_cancel(gate: Gate) -> None:
+    """Data is dropped once stale; an end of response and control messages never are."""
+    import inspect
+
+    from speech_to_speech.core import messages
+    from speech_to_speech.core.cancel import MessageKind
+    from speech_to_speech.core.handler import StageControl
+    from speech_to_speech.llm.cut import CutToHeard
+
+    classes = [c for _, c in inspect.getmembers(messages, inspect.isclass) if c.__module__ == messages.__name__]
+    assert all(issubclass(c, messages.Message) for c in classes)
+    kinds = {c.__name__: c.kind for c in classes if c not in (messages.Message, messages.ControlMessage)}
+    control = {"EndOfStream", "Flush", "Interrupt", "Pause", "Resume"}
+    assert {name for name, kind in kinds.items() if kind is MessageKind.CONTROL} == control
+    assert {name for name, kind in kinds.items() if kind is MessageKind.END} == {"EndOfResponse"}
+    assert StageControl.kind is CutToHeard.kind is MessageKind.CONTROL
+
+    stale = gate.new_turn_stamp()
+    gate.scope.cancel()
+    assert gate.drops(TTSInput(stale, "old words"))
+    assert not gate.drops(EndOfResponse(stale))
+    assert not gate.drops(messages.Interrupt()) and not gate.drops(CutToHeard(stale.turn_id, "old"))
+    assert not gate.drops(TTSInput(gate.new_turn_stamp(), "new words"))

@@ -16,10 +16,25 @@ over to the new generation, so its transcript and reply stay valid.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+class MessageKind(enum.Enum):
+    """How a message on a stage queue behaves when work is cancelled (see :mod:`core.messages`).
+
+    ``DATA``: work for one turn (audio, a transcript, a sentence): dropped once its stamp is stale.
+    ``END``: the end of a response: never dropped, so that every response ends exactly once.
+    ``CONTROL``: changes how stages behave (a setting, an interruption, the end of the stream):
+    carries no stamp, is never stale, and each stage applies it in its own thread, in order.
+    """
+
+    DATA = "data"
+    END = "end"
+    CONTROL = "control"
 
 
 @dataclass(frozen=True)
@@ -162,8 +177,8 @@ class Gate:
         return self.turns.is_current(stamp.turn_id, stamp.revision)
 
     def drops(self, item: object) -> bool:
-        """True when ``item`` is stale work to drop: it carries a stamp the gate no longer
-        admits and is not a lifecycle marker (``bypasses_gate = True``, e.g. an end of response)."""
-        if getattr(item, "bypasses_gate", False):
+        """True when ``item`` is stale work to drop: a ``DATA`` message (:class:`MessageKind`; anything
+        without a ``kind`` counts as data) whose stamp the gate no longer admits."""
+        if getattr(item, "kind", MessageKind.DATA) is not MessageKind.DATA:
             return False
         return not self.admits(getattr(item, "stamp", None))

@@ -215,6 +215,18 @@ class ResponseInterrupted(Event):
 
 
 @dataclass
+class ReplyCut(Event):
+    """The LLM stage cut its history of turn ``turn_id``'s reply to what the user heard (after a
+    :class:`ResponseInterrupted`, or a client's ``conversation.item.truncate``).
+
+    Attributes:
+        heard_text: the words kept.
+    """
+
+    heard_text: str = ""
+
+
+@dataclass
 class ReplyPaused(Event):
     """User speech (turn ``turn_id``) paused the assistant's audio; the words will decide.
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import EventBus, StageError
-from speech_to_speech.core.messages import END_OF_STREAM, EndOfStream
+from speech_to_speech.core.messages import END_OF_STREAM, ControlMessage, EndOfStream, Flush
 from speech_to_speech.core.queues import StageQueue
 
 logger = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 SHOWN_AS_EVENT = {"shown_as_event": True}
 
 
-class StageControl:
+class StageControl(ControlMessage):
     """A control message for one kind of stage: applied in that stage's own thread, in order
     with the data around it (so a setting changed before a request holds for that request).
 
@@ -33,7 +33,6 @@ class StageControl:
     """
 
     target: ClassVar[type] = object
-    bypasses_gate: ClassVar[bool] = True
 
     def apply(self, stage: Any) -> None:
         """Change ``stage`` (runs in its thread, between two items)."""
@@ -104,13 +103,19 @@ class BaseHandler(threading.Thread):
     def cleanup(self) -> None:
         """Release resources. Runs once, in the stage thread, after the loop."""
 
+    def flushed(self, message: Flush) -> None:
+        """React to a :class:`~speech_to_speech.core.messages.Flush` or an
+        :class:`~speech_to_speech.core.messages.Interrupt` (in this stage's thread, after the stale
+        data queued here was dropped). The stage's current work already stopped at its next gate
+        check; a sink cuts playback here."""
+
     # -- machinery ----------------------------------------------------------------
     def emit(self, item: Any) -> bool:
         """Send ``item`` downstream if it is still valid.
 
         Blocks while the output queue is full (backpressure) unless stopping.
-        Lifecycle markers (``bypasses_gate = True``, e.g. :class:`EndOfResponse`)
-        always pass, so that every response still ends exactly once.
+        Only data messages are ever stale: ends of response and control messages always pass
+        (:class:`~speech_to_speech.core.cancel.MessageKind`).
 
         Returns:
             True if the item was enqueued; False if it was stale or we are stopping.
@@ -170,10 +175,28 @@ class BaseHandler(threading.Thread):
                 if self.output_queue is not None:
                     self.output_queue.put_unless_stopped(END_OF_STREAM, self.stop_event)
                 return
+            if isinstance(item, Flush):
+                self._flush(item)
+                continue
             if isinstance(item, StageControl):
                 self._control(item)
                 continue
             self._guarded(self.process, item)
+
+    def _flush(self, message: Flush) -> None:
+        """Drop the stale data queued for this stage, then let the stage react (:meth:`flushed`).
+
+        A flush is put at the head of every stage's queue by the pipeline, so it is not passed on."""
+        assert self.input_queue is not None
+        dropped = self.input_queue.drop_where(self.gate.drops)
+        self.dropped_stale += dropped
+        if dropped:
+            logger.debug("%s dropped %d stale queued items on %s", self.name, dropped, type(message).__name__)
+        try:
+            self.flushed(message)
+        except Exception as exc:
+            logger.exception("%s failed on %s", self.name, type(message).__name__, extra=SHOWN_AS_EVENT)
+            self.bus.publish(StageError(0, stage=self.name, message=f"{type(exc).__name__}: {exc}"))
 
     def _control(self, control: StageControl) -> None:
         """Apply ``control`` if it is for this stage, else pass it on unchanged."""

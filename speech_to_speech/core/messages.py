@@ -1,7 +1,18 @@
 """Typed messages that travel between pipeline stages.
 
-Every message except :class:`EndOfStream` carries the :class:`~speech_to_speech.core.cancel.Stamp`
-of the turn it belongs to, so any stage can drop it once it is stale.
+Every message is a :class:`Message`, whose :attr:`~Message.kind` says how it behaves when work is
+cancelled (:class:`~speech_to_speech.core.cancel.MessageKind`):
+
+- **data** (most of them) carries the :class:`~speech_to_speech.core.cancel.Stamp` of the turn it
+  belongs to; the :class:`~speech_to_speech.core.cancel.Gate` drops it once that stamp is stale;
+- **end** (:class:`EndOfResponse`) is never dropped: every response ends exactly once;
+- **control** (:class:`ControlMessage`: :class:`EndOfStream`, :class:`Flush`, :class:`Interrupt`,
+  :class:`Pause`, :class:`Resume`, and the stage settings of
+  :class:`~speech_to_speech.core.handler.StageControl`) carries no stamp and is never stale.
+
+An interruption is a message like the others: :class:`Interrupt` is put at the head of every
+stage's input queue; each stage, in its own thread, between two items, drops the stale data still
+queued for it and passes on; the sink also cuts playback and reports what was heard.
 
 Audio conventions: mono ``float32`` in [-1, 1]; the sample rate travels with the
 audio in Hz.
@@ -9,15 +20,67 @@ audio in Hz.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from speech_to_speech.core.cancel import Stamp
+from speech_to_speech.core.cancel import MessageKind, Stamp
 
 
-class EndOfStream:
+class Message:
+    """Base of everything that travels on a stage queue.
+
+    Attributes:
+        kind: how the message behaves when work is cancelled (data, end or control).
+    """
+
+    kind: ClassVar[MessageKind] = MessageKind.DATA
+
+
+class ControlMessage(Message):
+    """A message that changes how stages behave rather than carrying a turn's work.
+
+    It has no stamp and is never stale; a stage handles it in its own thread, between two items.
+    """
+
+    kind: ClassVar[MessageKind] = MessageKind.CONTROL
+
+
+@dataclass
+class Flush(ControlMessage):
+    """Every stage drops the stale data queued for it (a speculative revision was superseded:
+    none of its work reached the sink). Put at the head of each stage's input queue."""
+
+
+@dataclass
+class Interrupt(Flush):
+    """The user barged in at ``time`` (monotonic s): every stage drops its stale queued data, and the
+    sink cuts the replies the gate no longer admits at ``time`` and reports what was heard of them."""
+
+    time: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Pause(ControlMessage):
+    """For the sink: user speech from ``time`` (monotonic s) pauses what is playing.
+
+    Audio stops at ``time``, as for a cut, but what was not heard is kept (and audio that
+    arrives meanwhile is held), for a :class:`Resume` or an :class:`Interrupt` to settle.
+    """
+
+    time: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Resume(ControlMessage):
+    """For the sink: play what a :class:`Pause` held, from where it stopped, now."""
+
+    time: float = field(default_factory=time.monotonic)
+
+
+class EndOfStream(ControlMessage):
     """Sentinel: the source is exhausted. Each stage forwards it, then stops."""
 
     _instance: EndOfStream | None = None
@@ -35,7 +98,7 @@ END_OF_STREAM = EndOfStream()
 
 
 @dataclass
-class AudioChunk:
+class AudioChunk(Message):
     """A block of input audio from a source (microphone or file).
 
     Attributes:
@@ -52,7 +115,7 @@ class AudioChunk:
 
 
 @dataclass
-class SpeechSegment:
+class SpeechSegment(Message):
     """One endpointed user utterance from the VAD.
 
     Attributes:
@@ -84,7 +147,7 @@ class SpeechSegment:
 
 
 @dataclass
-class PartialSpeech:
+class PartialSpeech(Message):
     """The audio of a turn so far, while the user is still speaking: for a partial transcript.
 
     The STT skips it when it is behind (more input waiting) or when the pass would
@@ -107,7 +170,7 @@ class PartialSpeech:
 
 
 @dataclass
-class Transcript:
+class Transcript(Message):
     """User text for the LLM: an STT transcript or a typed turn.
 
     Attributes:
@@ -132,7 +195,7 @@ class Transcript:
 
 
 @dataclass
-class ResponseRequest:
+class ResponseRequest(Message):
     """Ask the LLM for a response from the history as it is (e.g. a client's ``response.create``).
 
     Attributes:
@@ -151,7 +214,7 @@ class ResponseRequest:
 
 
 @dataclass
-class FunctionOutput:
+class FunctionOutput(Message):
     """The result of a function call, for history (a client's ``function_call_output`` item).
 
     Attributes:
@@ -164,7 +227,7 @@ class FunctionOutput:
 
 
 @dataclass
-class TTSInput:
+class TTSInput(Message):
     """Text of one or more complete sentences to speak.
 
     Attributes:
@@ -177,7 +240,7 @@ class TTSInput:
 
 
 @dataclass
-class TextOutput:
+class TextOutput(Message):
     """A raw text delta of a text-only response (unfiltered, unsplit); TTS passes it on.
 
     Attributes:
@@ -190,7 +253,7 @@ class TextOutput:
 
 
 @dataclass
-class ToolCallRequest:
+class ToolCallRequest(Message):
     """A complete function call produced by the LLM, in order with the speech around it.
 
     Attributes:
@@ -207,7 +270,7 @@ class ToolCallRequest:
 
 
 @dataclass
-class AudioOutput:
+class AudioOutput(Message):
     """A chunk of assistant audio.
 
     Attributes:
@@ -224,7 +287,7 @@ class AudioOutput:
 
 
 @dataclass
-class EndOfResponse:
+class EndOfResponse(Message):
     """Marks the end of one assistant response. Emitted exactly once per response.
 
     Attributes:
@@ -241,5 +304,5 @@ class EndOfResponse:
     usage: dict[str, int] = field(default_factory=dict)
     cleanup_only: bool = False
 
-    #: passes the stale-work gate: even a cancelled response must end
-    bypasses_gate = True
+    #: never dropped as stale: even a cancelled response must end
+    kind: ClassVar[MessageKind] = MessageKind.END

@@ -44,6 +44,18 @@ class StageQueue(queue.Queue):
                 continue
         return False
 
+    def put_first(self, item: Any) -> None:
+        """Put ``item`` at the head of the queue, at once, even when the queue is full.
+
+        For control messages (:class:`~speech_to_speech.core.messages.Interrupt`, a stage's
+        settings) that must overtake the data queued in front of them: they are few and small,
+        so going past ``maxsize`` by one never blocks the caller, which may be any thread.
+        """
+        with self.mutex:
+            self.queue.appendleft(item)
+            self.unfinished_tasks += 1
+            self.not_empty.notify()
+
     def drop_where(self, predicate: Callable[[Any], bool]) -> int:
         """Remove every queued item for which ``predicate`` is true, keeping order.
 

@@ -278,7 +278,6 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
         shared.gate,
         shared.bus,
         shared.clock,
-        queues=list(queues.values()),
         speculation=speculation,
         replies=replies,
         interruptions=interruptions,

@@ -26,11 +26,11 @@ from speech_to_speech.core.events import (
     TurnSuperseded,
 )
 from speech_to_speech.core.handler import BaseHandler
+from speech_to_speech.core.messages import ControlMessage, Flush, Interrupt, Pause, Resume
 from speech_to_speech.core.queues import StageQueue
-from speech_to_speech.llm.stage import BaseLLMHandler
+from speech_to_speech.llm.cut import CutToHeard
 from speech_to_speech.pipeline.registry import get_backend
 from speech_to_speech.speech.audio_io import AudioDeviceError, StreamClock
-from speech_to_speech.speech.playback import Interrupt, Pause, Resume
 from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight
 from speech_to_speech.turns.speculation import SpeculativeTurns
 
@@ -110,7 +110,6 @@ class Pipeline:
     gate: Gate
     bus: EventBus
     clock: StreamClock
-    queues: list[StageQueue] = field(default_factory=list)
     #: unconfirmed speculative turns, whose output the queues hold (None: no speculation)
     speculation: SpeculativeTurns | None = None
     #: the replies in flight (None: not tracked, e.g. typed input)
@@ -214,11 +213,17 @@ class Pipeline:
             raise PipelineError(_describe(self.source.setup_error))
 
     def on_event(self, event: Event) -> None:
-        """Barge-in: on speech start flush stale work and cut the reply being played (or,
-        when the speech pauses the reply, pause the sink; resume it or, on a real
-        interruption, cancel and cut as for a barge-in); when the sink reports what was
-        heard, cut the reply in history to that; when a speculative turn is superseded,
-        drop its queued work (none of it reached the sink)."""
+        """Turn the pipeline's events into control messages, so that every stage acts in its own
+        thread, in order with its data:
+
+        - speech start: an :class:`Interrupt` to every stage (barge-in), unless the speech only
+          pauses the reply (the interruption judge decides): then a :class:`Pause` to the sink,
+          followed by a :class:`Resume` (a backchannel) or, on a real interruption
+          (:class:`BargeIn`), a cancel that keeps the user's turn and an :class:`Interrupt`;
+        - a superseded speculative turn: a :class:`Flush` (its queued work is stale; none of it
+          reached the sink);
+        - the sink's report of what was heard of a cut reply: a :class:`CutToHeard` to the LLM.
+        """
         if isinstance(event, SpeechStarted):
             if not event.pauses_reply:
                 self.interrupt(event.time, report_silent=event.barge_in)
@@ -230,16 +235,18 @@ class Pipeline:
             self.gate.cancel(keep_turns=event.keep_turn_ids)  # the user's speech stays valid
             self.interrupt(event.at, report_silent=True, keep=event.keep_turn_ids)
         elif isinstance(event, TurnSuperseded):
-            self.drop_stale()
+            self._to_every_stage(Flush())
         elif isinstance(event, ResponseInterrupted):
-            for stage in self.stages:
-                if isinstance(stage, BaseLLMHandler):
-                    stage.apply_heard_text(event.turn_id, event.heard_text)
+            for stage in self.stages:  # the LLM stage (by type: a hand-built chain has no roles)
+                if isinstance(stage, CutToHeard.target) and stage.input_queue is not None:
+                    stage.input_queue.put_first(CutToHeard(event.turn_id, event.heard_text))
 
-    def interrupt(self, at: float, report_silent: bool = False, keep: list[int] | None = None) -> int:
-        """Drop every queued item whose stamp is stale and tell the sink to cut playback at ``at``.
+    def interrupt(self, at: float, report_silent: bool = False, keep: list[int] | None = None) -> None:
+        """Barge-in: put an :class:`Interrupt` at the head of every stage's queue.
 
-        The work to cut must already be stale (the VAD bumps the generation on speech start).
+        The work to cut must already be stale (the VAD bumps the generation on speech start; a
+        session on ``response.cancel``). Each stage, in its own thread, drops the stale data
+        queued for it; the sink also cuts playback at ``at`` and reports what was heard.
 
         Args:
             at: monotonic time the user started speaking, s.
@@ -247,28 +254,23 @@ class Pipeline:
                 publish that nothing of them was heard (a :class:`ResponseInterrupted` with no
                 words), so that history keeps no text of them. The sink reports the others.
             keep: turns whose replies were not cancelled.
-
-        Returns:
-            The number of queued items dropped.
         """
-        dropped = self.drop_stale()
-        self._to_sink(Interrupt(at))
-        if dropped:
-            logger.info("barge-in: dropped %d stale queued items", dropped)
+        self._to_every_stage(Interrupt(at))
         if report_silent and self.replies is not None:
             for turn_id in self.replies.silent(other_than=set(keep or ())):
                 self.bus.publish(ResponseInterrupted(turn_id, heard_text="", audio_end_ms=0.0))
-        return dropped
 
-    def _to_sink(self, message: Interrupt | Pause | Resume) -> None:
+    def _to_every_stage(self, message: Flush) -> None:
+        """Put ``message`` at the head of every stage's input queue (the source has none)."""
+        for stage in self.stages:
+            if stage.input_queue is not None:
+                stage.input_queue.put_first(message)
+
+    def _to_sink(self, message: ControlMessage) -> None:
         """Put a control message on the sink's queue (in order with the audio before it)."""
         sink_queue = self.sink.input_queue
         if sink_queue is not None:
             sink_queue.put_unless_stopped(message, self.stop_event)
-
-    def drop_stale(self) -> int:
-        """Drop every queued item whose stamp is stale; return how many were dropped."""
-        return sum(q.drop_where(self.gate.drops) for q in self.queues)
 
     def stop(self, timeout_s: float = 2.0) -> list[str]:
         """Signal every stage to stop and join them within ``timeout_s`` in total.

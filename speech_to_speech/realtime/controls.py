@@ -6,11 +6,12 @@ stage's input queue (the VAD's audio queue, the STT's queue for the LLM, where c
 work keeps its place), applied by the stage between two items (see
 :meth:`speech_to_speech.core.handler.BaseHandler._control`).
 
+Cutting a reply to what the client played (``conversation.item.truncate``) is a message too:
+:class:`~speech_to_speech.llm.cut.CutToHeard`, the one the pipeline sends on a barge-in.
 What the session calls directly is the LLM stage's locked interface, each call taking the lock
-that guards what it touches: :meth:`~speech_to_speech.llm.stage.BaseLLMHandler.apply_heard_text`
-(cutting a reply to what was heard; the sink calls it the same way on barge-in),
-:meth:`~speech_to_speech.llm.stage.BaseLLMHandler.respond_or_claim` (a response request, or the claim
-of a follow-up generated ahead), ``prefetch.discard_open`` and reading ``chat.items()``.
+that guards what it touches: :meth:`~speech_to_speech.llm.stage.BaseLLMHandler.respond_or_claim`
+(a response request, or the claim of a follow-up generated ahead), ``prefetch.discard_open`` and
+reading ``chat.items()``.
 """
 
 from __future__ import annotations

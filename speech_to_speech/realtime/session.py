@@ -52,6 +52,7 @@ from speech_to_speech.core.events import (
 )
 from speech_to_speech.core.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
 from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.cut import CutToHeard
 from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
@@ -370,7 +371,7 @@ class RealtimeSession:
         if response is None:
             raise ProtocolError("item_truncate_invalid_item_id", f"no assistant audio item {event.item_id!r}")
         heard = "".join(words for at_ms, words in response.spoken if at_ms < event.audio_end_ms).strip()
-        self.llm.apply_heard_text(response.turn_id, heard)  # locked; the sink calls it the same way
+        self._enqueue(CutToHeard(response.turn_id, heard))  # in order with the requests behind it
         self.conversation.set_content(event.item_id, 0, transcript=heard)
         fields = {"item_id": event.item_id, "content_index": 0, "audio_end_ms": event.audio_end_ms}
         self.emit(server_event("conversation.item.truncated", **fields))

@@ -5,7 +5,7 @@ it) only when it is due on a playback clock gives two things: output is paced
 like a speaker, and at any moment we know how much of a reply the user has
 actually heard, which is what an interrupted reply is cut to.
 
-Three control messages reach a sink through its input queue, in order with the
+Three control messages (:mod:`core.messages`) reach a sink through its input queue, in order with the
 audio: :class:`Pause` (user speech: stop at once, keep the rest), :class:`Resume`
 (it was a backchannel: play the rest from where it stopped) and :class:`Interrupt`
 (a real interruption: cut the cancelled replies and report what was heard).
@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ import soxr
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import FirstAudio, ResponseDone, ResponseInterrupted
 from speech_to_speech.core.handler import BaseHandler
-from speech_to_speech.core.messages import AudioOutput, EndOfResponse
+from speech_to_speech.core.messages import AudioOutput, EndOfResponse, Flush, Interrupt, Pause, Resume
 
 logger = logging.getLogger(__name__)
 
@@ -81,35 +81,6 @@ class RealtimeQueue:
     def __len__(self) -> int:
         with self._lock:
             return len(self._heap)
-
-
-@dataclass
-class Interrupt:
-    """Control message for a sink: the user barged in at ``time`` (monotonic s); the replies the
-    gate no longer admits are cut there."""
-
-    time: float = field(default_factory=time.monotonic)
-    bypasses_gate = True
-
-
-@dataclass
-class Pause:
-    """Control message for a sink: user speech from ``time`` (monotonic s) pauses what is playing.
-
-    Audio stops at ``time``, as for a cut, but what was not heard is kept (and audio that
-    arrives meanwhile is held), for a :class:`Resume` or an :class:`Interrupt` to settle.
-    """
-
-    time: float = field(default_factory=time.monotonic)
-    bypasses_gate = True
-
-
-@dataclass
-class Resume:
-    """Control message for a sink: play what a :class:`Pause` held, from where it stopped, now."""
-
-    time: float = field(default_factory=time.monotonic)
-    bypasses_gate = True
 
 
 @dataclass
@@ -204,9 +175,7 @@ class PacedAudioSink(BaseHandler):
 
     def process(self, item: Any) -> Iterator[None]:
         now = time.monotonic()
-        if isinstance(item, Interrupt):
-            self._interrupt(item.time)
-        elif isinstance(item, Pause):
+        if isinstance(item, Pause):
             self._pause(item.time)
         elif isinstance(item, Resume):
             self._resume()
@@ -226,6 +195,13 @@ class PacedAudioSink(BaseHandler):
                 self.schedule.put(due, ("end", item))
         self._release()
         return iter(())
+
+    def flushed(self, message: Flush) -> None:
+        """An :class:`Interrupt` cuts the replies the gate no longer admits (a bare flush: nothing
+        of a superseded revision reached the sink)."""
+        if isinstance(message, Interrupt):
+            self._interrupt(message.time)
+            self._release()
 
     def _audio(self, item: AudioOutput, samples: np.ndarray, now: float) -> None:
         """Schedule ``samples`` (at the sink's rate) right after what is scheduled, or hold them."""

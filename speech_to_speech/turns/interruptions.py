@@ -19,7 +19,9 @@ waits for the words:
   if it ended before that) is a real interruption
   (:class:`~speech_to_speech.core.events.BargeIn`): the pipeline bumps the cancel
   generation, keeping the user's turn valid (:meth:`~speech_to_speech.core.cancel.Gate.cancel`),
-  flushes stale work and cuts the reply where the user started speaking, as before.
+  flushes stale work and cuts the reply where the user started speaking, as before. The
+  transcript goes on to the LLM only once the LLM stage has cut the interrupted replies in
+  its history (:class:`~speech_to_speech.core.events.ReplyCut`, at most :data:`CUT_WAIT_S`).
 
 If the user speaks on after a resume (a superseded or reopened backchannel), the
 reply is paused and judged again, with the whole utterance.
@@ -45,10 +47,10 @@ from speech_to_speech.core.events import (
     Event,
     EventBus,
     FirstAudio,
+    ReplyCut,
     ReplyPaused,
     ReplyResumed,
     ResponseDone,
-    ResponseInterrupted,
     ResponseStarted,
     SpeechDiscarded,
     SpeechStarted,
@@ -185,7 +187,7 @@ class Interruptions:
         elif isinstance(event, UserTranscriptDelta):
             if event.turn_id in self.pending and clearly_words(event.text):
                 self._barge_in(event.turn_id, "words", event.text)
-        elif isinstance(event, (ResponseInterrupted, ResponseDone)):
+        elif isinstance(event, (ReplyCut, ResponseDone)):
             with self._changed:
                 self._cut.add(event.turn_id)
                 self._changed.notify_all()

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from speech_to_speech.core.cancel import Gate, Stamp
+from speech_to_speech.core.cancel import Gate, MessageKind, Stamp
 from speech_to_speech.core.queues import DEFAULT_MAXSIZE, StageQueue
 
 #: how many superseded revisions are remembered (their late response ends are dropped)
@@ -145,7 +145,7 @@ class PauseUntilConfirmed(StageQueue):
         if not super().put_unless_stopped(item, stop, poll_s):
             return False
         stamp = getattr(item, "stamp", None)
-        if not getattr(item, "bypasses_gate", False) and self.turns.is_pending(stamp):
+        if getattr(item, "kind", MessageKind.DATA) is MessageKind.DATA and self.turns.is_pending(stamp):
             self.turns.wait(stamp, stop, poll_s)
         return True
 

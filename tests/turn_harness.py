@@ -302,7 +302,7 @@ class TurnRun:
 
     def script(self, parts: list[Any], wait_s: float = 60.0) -> ScriptedSource:
         """Replace the file source by one that plays ``parts``."""
-        original = self.pipeline.stages[0]
+        original = self.pipeline.stage("source")
         self.source = ScriptedSource(
             output_queue=original.output_queue,
             stop_event=self.pipeline.stop_event,
@@ -313,7 +313,7 @@ class TurnRun:
             wait_s=wait_s,
             name="source:scripted",
         )
-        self.pipeline.stages[0] = self.source
+        self.pipeline.stages.replace("source", self.source)
         return self.source
 
     def go(self) -> None:

@@ -85,9 +85,17 @@ class Stages(Sequence[BaseHandler]):
     def __getitem__(self, index: int | slice) -> BaseHandler | list[BaseHandler]:
         return self._stages[index]
 
-    def __setitem__(self, index: int, stage: BaseHandler) -> None:
-        """Put ``stage`` in the place, and role, of the one at ``index`` (a test's scripted source)."""
-        self._stages[index] = stage
+    def replace(self, role: str, stage: BaseHandler) -> BaseHandler:
+        """Put ``stage`` in ``role`` in place of the one there (a test's scripted source); return that one.
+
+        Raises:
+            KeyError: no stage has that role.
+        """
+        if role not in self._roles:
+            raise KeyError(f"no {role!r} stage (the pipeline has {', '.join(self._roles)})")
+        index = self._roles.index(role)
+        previous, self._stages[index] = self._stages[index], stage
+        return previous
 
     def __len__(self) -> int:
         return len(self._stages)

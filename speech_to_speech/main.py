@@ -5,6 +5,9 @@ speech), 1 for a runtime failure (unreadable file, missing device, a backend
 that cannot load), 2 for bad flags or a bad preset (from :mod:`speech_to_speech.pipeline.cli`),
 130 for Ctrl-C outside the pipeline's own handling. A failure is one
 ``error:`` line on stderr; tracebacks only appear with ``--log_level debug``.
+
+The command (``s2s_pipeline.py``, the ``s2s-pipeline`` script) is :func:`entry`: :func:`main`, then
+the process ends without the interpreter's teardown (see :func:`entry`).
 """
 
 from __future__ import annotations
@@ -209,6 +212,19 @@ def main(argv: list[str] | None = None) -> int:
     if summary.speech_detected is False:
         console.no_speech(args.input_audio)
     return 0
+
+
+def entry() -> None:
+    """The command: run :func:`main`, then end the process with its status at once.
+
+    Every file the run writes is closed by then (the transcript by :func:`run`, the output audio
+    by its sink). What is skipped is the interpreter's teardown of the native model libraries:
+    besides taking 0.5-3 s, it frees llama.cpp's context under a decode that a Ctrl-C left
+    running in a provider reader thread (a prompt evaluation cannot be interrupted), which ended
+    the process with a segmentation fault (``tests/test_live_audio.py`` found it: Ctrl-C while a
+    reply was being generated, 2 runs in 4).
+    """
+    _exit_now(main())
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -304,3 +304,14 @@ def test_prometheus_scrapes_a_spoken_conversation(
     assert llm.attributes["gen_ai.usage.input_tokens"] == usage["input_tokens"]
     assert llm.attributes["gen_ai.usage.output_tokens"] == usage["output_tokens"]
     assert llm.attributes["metrics.ttfb"] > 0
+
+
+def test_metrics_on_a_port_of_their_own(realtime_servers: Callable[..., InProcessServer]) -> None:
+    port = free_port()
+    separate = realtime_servers(
+        *responses_api_flags("http://127.0.0.1:9/v1"), "--metrics_port", str(port), warm_up=False
+    )
+    status, text = get(port, "/metrics")
+    assert status == 200 and "# TYPE s2s_sessions_refused_total counter" in text
+    assert get(separate.port, "/metrics")[0] == 404  # not on the server's own port then
+    assert get(separate.port, "/healthz")[0] == 200

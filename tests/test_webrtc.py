@@ -171,8 +171,11 @@ def test_page_and_http_routes(server: InProcessServer) -> None:
     assert status == 413
     assert http("POST", base + "/v1/elsewhere", b"v=0", {"Content-Type": "application/sdp"})[0] == 404
     assert http("POST", calls + "/rtc_unknown/hangup")[0] == 404
-    status, headers, _ = http("OPTIONS", calls, headers={"Origin": "http://example.test"})
-    assert status == 204 and headers["Access-Control-Allow-Origin"] == "*"
+    # a page of another origin may not place calls (--allowed_origins adds origins); the server's own page may
+    status, _, body = http("OPTIONS", calls, headers={"Origin": "http://example.test"})
+    assert status == 403 and json.loads(body)["error"]["code"] == "origin_not_allowed"
+    status, headers, _ = http("OPTIONS", calls, headers={"Origin": base})
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == base
     assert "Authorization" in headers["Access-Control-Allow-Headers"]
 
     async def websocket_still_works() -> str:

@@ -9,6 +9,9 @@ receiver started here) must say what those events said.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -211,3 +214,18 @@ def test_spans_reach_an_otlp_http_receiver(monkeypatch: pytest.MonkeyPatch) -> N
     turns = sorted((a for name, a, _ in spans if name == "turn"), key=lambda a: a["turn.number"])
     assert [t["turn.was_interrupted"] for t in turns] == [False, True]
     assert turns[0]["turn.user_bot_latency_seconds"] == pytest.approx(0.7)
+
+
+def test_a_server_without_tracing_never_imports_opentelemetry() -> None:
+    code = (
+        "import sys\n"
+        "from speech_to_speech.pipeline.cli import parse_args\n"
+        "from speech_to_speech.realtime.server import RealtimeServer\n"
+        "server = RealtimeServer(parse_args(['--mode', 'server', '--port', '0']))\n"
+        "assert server.tracing is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

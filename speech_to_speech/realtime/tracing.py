@@ -111,6 +111,7 @@ class _Turn:
     """What one turn's events said so far (monotonic s, or None)."""
 
     start: float | None = None
+    speech_end: float | None = None
     stt: tuple[float, float] | None = None
     request: float | None = None
     first_token: float | None = None
@@ -155,7 +156,7 @@ class SessionTrace:
             elif isinstance(event, UserTranscript) and event.stt_ms is not None:
                 turn.stt = (event.time - event.stt_ms / 1000, event.time)
             elif isinstance(event, ResponseStarted):
-                turn.request = event.time
+                turn.request, turn.speech_end = event.time, event.speech_end_time
             elif isinstance(event, FirstToken):
                 turn.first_token, turn.ttft_s = event.time, event.ttft_ms / 1000
             elif isinstance(event, AssistantText):
@@ -173,8 +174,10 @@ class SessionTrace:
                     self._finish(turn, event, self._number)
 
     def _finish(self, t: _Turn, done: ResponseDone, number: int) -> None:
-        start = t.start if t.start is not None else t.request
-        assert start is not None and t.request is not None
+        # the user's speech start; no later than its end (audio sent faster than real time is
+        # endpointed on its own timeline) nor than the request (a typed turn starts there)
+        assert t.request is not None
+        start = min(x for x in (t.start, t.speech_end, t.request) if x is not None)
         attributes: dict[str, Any] = {"turn.number": number, "turn.was_interrupted": t.interrupted}
         if t.latency_s is not None:
             attributes["turn.user_bot_latency_seconds"] = t.latency_s

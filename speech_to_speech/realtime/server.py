@@ -298,6 +298,8 @@ class RealtimeServer:
         for transport in transports:
             self.metrics.error(SHUTTING_DOWN)
             transport.send(error_event(SHUTTING_DOWN, message, kind="server_error"))
+        # the error must leave before the connection closes (a WebSocket's close flushes; a data channel may not)
+        await asyncio.gather(*(t.flush() for t in transports if hasattr(t, "flush")), return_exceptions=True)
         await asyncio.gather(
             *(transport.close(CLOSE_GOING_AWAY, "server shutting down") for transport in transports),
             return_exceptions=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from speech_to_speech.core.events import EngineWait
 from speech_to_speech.core.messages import EndOfResponse, Transcript, TTSInput
 from speech_to_speech.llm.api import LlamaCppConfig
 from speech_to_speech.pipeline.registry import get_backend
@@ -124,3 +126,25 @@ def test_llama_cpp_model_file_is_verified(llama: Any) -> None:
         while block := handle.read(8 << 20):
             digest.update(block)
     assert digest.hexdigest() == EMBEDDED_SHA256
+
+
+def test_llama_cpp_reports_its_wait_for_the_shared_engine(llama: Any) -> None:
+    """Another session holding the engine makes this reply wait; the wait is published (EngineWait, ms)."""
+    waits: list[EngineWait] = []
+    llama.bus.subscribe(lambda event: waits.append(event) if isinstance(event, EngineWait) else None)
+    llama.chat.reset()
+    list(llama.process(ask(llama, "Hello.")))
+    assert len(waits) == 1 and 0 <= waits[0].wait_ms < 1000
+    held = threading.Event()
+
+    def hold_engine() -> None:
+        with llama.engine.lock:
+            held.set()
+            time.sleep(0.5)
+
+    holder = threading.Thread(target=hold_engine)
+    holder.start()
+    held.wait(10)
+    list(llama.process(ask(llama, "Hello again.")))
+    holder.join()
+    assert len(waits) == 2 and waits[1].wait_ms >= 400, waits

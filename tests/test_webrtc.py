@@ -171,8 +171,11 @@ def test_page_and_http_routes(server: InProcessServer) -> None:
     assert status == 413
     assert http("POST", base + "/v1/elsewhere", b"v=0", {"Content-Type": "application/sdp"})[0] == 404
     assert http("POST", calls + "/rtc_unknown/hangup")[0] == 404
-    status, headers, _ = http("OPTIONS", calls, headers={"Origin": "http://example.test"})
-    assert status == 204 and headers["Access-Control-Allow-Origin"] == "*"
+    # a page of another origin may not place calls (--allowed_origins adds origins); the server's own page may
+    status, _, body = http("OPTIONS", calls, headers={"Origin": "http://example.test"})
+    assert status == 403 and json.loads(body)["error"]["code"] == "origin_not_allowed"
+    status, headers, _ = http("OPTIONS", calls, headers={"Origin": base})
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == base
     assert "Authorization" in headers["Access-Control-Allow-Headers"]
 
     async def websocket_still_works() -> str:
@@ -502,3 +505,38 @@ def test_https_and_wss_with_a_certificate(
         ssl_context(parse_args(["--mode", "server", "--ssl_keyfile", str(key)]))
     with pytest.raises(RuntimeError, match="cannot load the TLS certificate"):
         ssl_context(parse_args(["--mode", "server", "--ssl_certfile", str(tmp_path / "missing.pem")]))
+
+
+def test_a_drain_ends_a_call_with_an_error_after_its_reply(
+    server: InProcessServer, provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]
+) -> None:
+    """What SIGTERM does (tests/test_drain.py, over a WebSocket), here over WebRTC: the reply in
+    progress finishes, then the call gets ``server_shutting_down`` on its data channel and ends."""
+    provider.script(SHORT_REPLY)
+    draining = realtime_servers(*responses_api_flags(provider.base_url, "m"), "--drain_timeout_s", "60", warm_up=False)
+
+    async def scenario() -> list[dict[str, Any]]:
+        client = await WebRTCClient.connect(base_url(draining))
+        log = client.log
+        try:
+            await log.wait_for("session.created", WAIT_S)
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi."}]}
+            await client.send({"type": "conversation.item.create", "item": item})
+            await client.send({"type": "response.create"})
+            await log.wait_for("response.created", WAIT_S)
+            loop, stop = draining._loop, draining._stop
+            assert loop is not None and stop is not None
+            loop.call_soon_threadsafe(draining.server.request_drain, stop)  # as SIGTERM does
+            await log.wait_for("error", WAIT_S)
+            await log.until(lambda: log.closed is not None, WAIT_S)
+            return list(log.events)
+        finally:
+            await client.close()
+
+    events = run(scenario())
+    types = [e["type"] for e in events]
+    done = [e for e in events if e["type"] == "response.done"]
+    assert len(done) == 1 and done[0]["response"]["status"] == "completed", done
+    assert types[-1] == "error" and events[-1]["error"]["code"] == "server_shutting_down", types[-4:]
+    draining._thread.join(WAIT_S)
+    assert not draining._thread.is_alive()

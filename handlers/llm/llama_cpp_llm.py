@@ -46,7 +46,7 @@ from handlers.llm.call_threshold import CallThreshold, opener_tokens
 from handlers.llm.echo_guard import EchoGuard, opening_tokens
 from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill
-from speech_to_speech.core.events import Event, UserTranscriptDelta
+from speech_to_speech.core.events import EngineWait, Event, UserTranscriptDelta
 from speech_to_speech.core.shared import shared_model
 from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta, Usage
 from speech_to_speech.llm.local import LocalLLMHandler
@@ -367,6 +367,7 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         def on_start(stats: PromptStats) -> None:
             self.last_prompt = stats
             self.prompts.append(stats)
+            self.bus.publish(EngineWait(0, wait_ms=(time.monotonic() - started) * 1000))
             logger.debug(
                 "%s: prompt %d tokens, %d from the KV cache, %d evaluated (waited %.0f ms for the engine)",
                 self.name,

@@ -59,6 +59,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ import transformers  # noqa: F401
 
 from handlers.llm.embedded import resolve_model, wants_compact_prompt
 from handlers.llm.llama_cpp_llm import PromptStats
+from speech_to_speech.core.events import EngineWait
 from speech_to_speech.core.shared import shared_model
 from speech_to_speech.llm.local import LocalLLMHandler
 
@@ -324,7 +326,10 @@ class MLXLMHandler(LocalLLMHandler):
         from mlx_lm.sample_utils import make_repetition_penalty, make_sampler
 
         prompt = _token_ids(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        waiting = time.monotonic()
         with self._generate_lock:
+            # one engine for every session of the process: how long this reply waited for it
+            self.bus.publish(EngineWait(0, wait_ms=(time.monotonic() - waiting) * 1000))
             cache = self._prompt_cache
             stats = cache.prepare(prompt)
             self.last_prompt = stats

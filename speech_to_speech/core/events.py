@@ -195,10 +195,28 @@ class FirstAudio(Event):
 
 @dataclass
 class ResponseDone(Event):
-    """The end of a response reached the sink (all its audio was delivered)."""
+    """The end of a response reached the sink (all its audio was delivered).
+
+    Attributes:
+        usage: the LLM's token counts (``input_tokens``, ``output_tokens``) when the backend reported them.
+    """
 
     text: str = ""
     error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class EngineWait(Event):
+    """A response waited for an in-process LLM engine shared by every session of the process.
+
+    ``turn_id`` is 0: the backend that waits does not know the turn.
+
+    Attributes:
+        wait_ms: from the request until the engine was free for it, ms.
+    """
+
+    wait_ms: float = 0.0
 
 
 @dataclass

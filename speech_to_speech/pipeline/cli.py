@@ -89,6 +89,8 @@ LIMITS: dict[str, Limit] = {
     "port": Limit(0, 65535),  # 0: any free port (the server prints the one it got)
     "max_sessions": _AT_LEAST_ONE,
     "max_message_kb": _AT_LEAST_ONE,
+    "metrics_port": Limit(0, 65535),  # 0: /metrics on the server's own port
+    "drain_timeout_s": _NON_NEGATIVE,  # 0: close the sessions at once
     "input_speed": _POSITIVE,  # x real time
     # VAD (VADConfig)
     "vad_threshold": Limit(0, 1, low_open=True, high_open=True),  # a speech probability
@@ -176,6 +178,12 @@ class RunConfig:
         ssl_certfile: PEM certificate (chain) for HTTPS/WSS; browsers give the page the
             microphone only over HTTPS or on localhost.
         ssl_keyfile: PEM private key of ``ssl_certfile`` (empty: the key is in that file).
+        allowed_origins: comma-separated browser origins (``https://host[:port]``, or ``*``) allowed
+            besides the server's own; requests without an ``Origin`` header are not checked.
+        metrics_port: port of a separate ``/metrics`` endpoint (0: on the server's port).
+        drain_timeout_s: on SIGTERM, how long active responses may take to finish before every
+            session is closed (1001), s.
+        otel: export OpenTelemetry traces by OTLP/HTTP (also on when ``$OTEL_EXPORTER_OTLP_ENDPOINT`` is set).
         input_audio: audio file fed at real-time pace instead of the microphone.
         input_text: typed user turns (skip VAD and STT).
         output_audio: WAV file for the assistant's audio instead of the speaker.
@@ -193,6 +201,10 @@ class RunConfig:
     max_message_kb: int = 1024
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
+    allowed_origins: str = ""
+    metrics_port: int = 0
+    drain_timeout_s: float = 30.0
+    otel: bool = False
     input_audio: str | None = None
     input_text: list[str] | None = None
     output_audio: str | None = None
@@ -212,6 +224,12 @@ _HELP = {
     "ssl_certfile": "server: PEM certificate for https:// and wss:// (browsers need HTTPS for the microphone "
     "on any host but localhost)",
     "ssl_keyfile": "server: PEM private key of --ssl_certfile (empty: the key is in the certificate file)",
+    "allowed_origins": "server: comma-separated browser origins allowed besides the server's own "
+    "(e.g. https://app.example.com; * allows any); requests without an Origin header are not checked",
+    "metrics_port": "server: serve Prometheus /metrics on this port instead of the server's port (0: the same port)",
+    "drain_timeout_s": "server: on SIGTERM, how long active responses may finish before sessions close (1001), s",
+    "otel": "server: export OpenTelemetry traces by OTLP/HTTP, true/false (on too when $OTEL_EXPORTER_OTLP_ENDPOINT "
+    "is set; needs the otel extra)",
     "input_audio": "audio file (any format/rate soundfile reads) fed like a microphone",
     "input_text": "a user turn as text, skipping VAD/STT (repeat for several turns)",
     "output_audio": "write the assistant's audio to this WAV file, on the input's timeline",

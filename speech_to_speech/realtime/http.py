@@ -33,11 +33,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
+
+if TYPE_CHECKING:
+    from speech_to_speech.realtime.service import OriginPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -166,11 +169,9 @@ def error_response(status: HTTPStatus, code: str, message: str, headers: dict[st
     return response(status, body, "application/json", {**CORS, **(headers or {})})
 
 
-#: CORS headers of the calls endpoint (a page from another origin may call it, with the key)
-CORS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": "Location",
-}
+#: CORS headers of every calls-route response; ``Access-Control-Allow-Origin`` is added for an
+#: allowed origin only (:meth:`~speech_to_speech.realtime.service.OriginPolicy.cors`)
+CORS = {"Access-Control-Expose-Headers": "Location", "Vary": "Origin"}
 
 
 def page_file(name: str) -> bytes:
@@ -237,12 +238,16 @@ class HTTPRoutes:
         api_key: the server's ``--api_key`` ("" for none).
         create_call: places a call (see :data:`CreateCall`).
         hangup: ends one (see :data:`Hangup`).
+        origins: which browser origins may use the calls routes (None: any).
     """
 
-    def __init__(self, api_key: str, create_call: CreateCall, hangup: Hangup) -> None:
+    def __init__(
+        self, api_key: str, create_call: CreateCall, hangup: Hangup, origins: OriginPolicy | None = None
+    ) -> None:
         self.api_key = api_key
         self.create_call = create_call
         self.hangup = hangup
+        self.origins = origins
 
     def authorized(self, request: Request) -> bool:
         """The request carries ``Authorization: Bearer KEY`` (compared in constant time), or no key is set."""
@@ -264,32 +269,35 @@ class HTTPRoutes:
                 name, content_type = PAGE_FILES[path]
                 return response(HTTPStatus.OK, page_file(name), content_type, {"Cache-Control": "no-cache"})
             return None
-        if method == "OPTIONS":  # CORS preflight of a page served from elsewhere
+        cors = self.origins.cors(request) if self.origins is not None else {**CORS, "Access-Control-Allow-Origin": "*"}
+        if self.origins is not None and not self.origins.allows(request):
+            return self.origins.refusal(request)  # a page of a foreign origin: 403, preflight included
+        if method == "OPTIONS":  # CORS preflight of a page served from an allowed origin
             return response(
                 HTTPStatus.NO_CONTENT,
                 headers={
-                    **CORS,
+                    **cors,
                     "Access-Control-Allow-Methods": "POST, OPTIONS",
                     "Access-Control-Allow-Headers": "Authorization, Content-Type",
                     "Access-Control-Max-Age": "600",
                 },
             )
         if not path.startswith(CALLS_PATH):
-            return error_response(HTTPStatus.NOT_FOUND, "not_found", f"POST an SDP offer to {CALLS_PATH}")
+            return error_response(HTTPStatus.NOT_FOUND, "not_found", f"POST an SDP offer to {CALLS_PATH}", cors)
         if not self.authorized(request):
-            return error_response(HTTPStatus.UNAUTHORIZED, "invalid_api_key", "missing or wrong API key")
+            return error_response(HTTPStatus.UNAUTHORIZED, "invalid_api_key", "missing or wrong API key", cors)
         body = getattr(connection, "http_body", b"")
         try:
             if path == CALLS_PATH:
                 offer, session = parse_offer(request.headers.get("Content-Type", ""), body)
                 call_id, answer = await self.create_call(offer, session)
-                headers = {**CORS, "Location": f"{CALLS_PATH}/{call_id}"}
+                headers = {**cors, "Location": f"{CALLS_PATH}/{call_id}"}
                 return response(HTTPStatus.CREATED, answer, "application/sdp", headers)
             call_id, _, action = path[len(CALLS_PATH) + 1 :].partition("/")
             if action == "hangup" and call_id:
                 if await self.hangup(call_id):
-                    return response(HTTPStatus.NO_CONTENT, headers=CORS)
-                return error_response(HTTPStatus.NOT_FOUND, "call_not_found", f"no call {call_id!r}")
-            return error_response(HTTPStatus.NOT_FOUND, "not_found", f"POST an SDP offer to {CALLS_PATH}")
+                    return response(HTTPStatus.NO_CONTENT, headers=cors)
+                return error_response(HTTPStatus.NOT_FOUND, "call_not_found", f"no call {call_id!r}", cors)
+            return error_response(HTTPStatus.NOT_FOUND, "not_found", f"POST an SDP offer to {CALLS_PATH}", cors)
         except CallRefused as exc:
-            return error_response(exc.status, exc.code, exc.message)
+            return error_response(exc.status, exc.code, exc.message, cors)

@@ -21,6 +21,7 @@ import logging
 import signal
 import ssl
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -30,7 +31,10 @@ from websockets.http11 import Request, Response
 from speech_to_speech.core.shared import freeze_loaded, limit_malloc_arenas, release_memory
 from speech_to_speech.realtime.http import CALLS_PATH, CallRefused, HTTPConnection, HTTPRoutes
 from speech_to_speech.realtime.protocol import error_event
+from speech_to_speech.realtime.service import OriginPolicy, ServiceRoutes
 from speech_to_speech.realtime.session import RealtimeSession, SessionLimits
+from speech_to_speech.realtime.telemetry import ServerMetrics
+from speech_to_speech.realtime.tracing import tracing_from_args
 from speech_to_speech.realtime.transport import Transport, WebSocketTransport
 
 logger = logging.getLogger(__name__)
@@ -38,6 +42,10 @@ logger = logging.getLogger(__name__)
 PATH = "/v1/realtime"
 #: close code for "server full, try again later" (RFC 6455 registry)
 CLOSE_TRY_AGAIN_LATER = 1013
+#: close code for "the server is going away" (RFC 6455), after a drain
+CLOSE_GOING_AWAY = 1001
+#: the ``error`` code a session gets before a draining server closes it
+SHUTTING_DOWN = "server_shutting_down"
 #: seconds a stopping server waits for its clients' connections to close before dropping them
 SHUTDOWN_GRACE_S = 1.0
 
@@ -58,7 +66,34 @@ class RealtimeServer:
         #: WebRTC calls by id (while their session runs), and the tasks that run them
         self.calls: dict[str, Any] = {}
         self._call_tasks: set[asyncio.Task[None]] = set()
-        self.http = HTTPRoutes(args.api_key, self.create_call, self.hangup)
+        #: each running session's transport (a drain closes them)
+        self.transports: dict[RealtimeSession, Transport] = {}
+        self._closers: dict[RealtimeSession, list[Callable[[], None]]] = {}
+        try:
+            self.origins = OriginPolicy(
+                getattr(args, "allowed_origins", ""), tls=bool(getattr(args, "ssl_certfile", ""))
+            )
+        except ValueError as exc:
+            raise RuntimeError(str(exc)) from None
+        self.http = HTTPRoutes(args.api_key, self.create_call, self.hangup, self.origins)
+        self.metrics = ServerMetrics(lambda: len(self.calls))
+        self.tracing = tracing_from_args(args)  # None unless asked for (then opentelemetry is imported)
+        self.service = ServiceRoutes(self.metrics, self.not_ready, serve_metrics=not getattr(args, "metrics_port", 0))
+        #: the models are loaded (warm_up ran, or the first session loaded them)
+        self.loaded = False
+        #: SIGTERM arrived: no new sessions; the active responses finish, then every session is closed
+        self.draining = False
+        self._drain_requested = False
+
+    def not_ready(self) -> str:
+        """Why ``/readyz`` says 503 ("" when ready: models loaded, not draining, below ``--max_sessions``)."""
+        if self.draining or self._drain_requested:
+            return "draining"
+        if not self.loaded:
+            return "models not loaded"
+        if self._full():
+            return f"full ({self.args.max_sessions} sessions)"
+        return ""
 
     def warm_up(self, stop: threading.Event | None = None) -> None:
         """Load every model once (shared later by all sessions), in the calling thread.
@@ -78,15 +113,25 @@ class RealtimeServer:
             loop.close()
         release_memory(threads)  # the warm-up session must be gone before the freeze
         freeze_loaded()  # later collections scan only what sessions create (see shared.py)
+        self.loaded = True
 
     async def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        response = await self.http(connection, request)  # the page and the calls endpoint
+        path = request.path.split("?", 1)[0]
+        response = self.service(getattr(connection, "http_method", "GET"), path)  # health, readiness, metrics
+        if response is None:
+            response = await self.http(connection, request)  # the page and the calls endpoint
         return response if response is not None else self._check_request(connection, request)
 
     def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path != PATH:
             return connection.respond(HTTPStatus.NOT_FOUND, f"the realtime endpoint is {PATH}\n")
+        if not self.origins.allows(request):
+            self.metrics.refuse("origin")
+            return self.origins.refusal(request)
+        if self.draining:
+            self.metrics.refuse("draining")
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down\n")
         key = self.args.api_key
         if key:
             given = request.headers.get("Authorization", "")
@@ -98,10 +143,25 @@ class RealtimeServer:
         return len(self.sessions) >= self.args.max_sessions
 
     def _open_session(self, transport: Transport) -> RealtimeSession:
-        """A new session for ``transport``, counted at once against ``--max_sessions``."""
+        """A new session for ``transport``, counted at once against ``--max_sessions``, with its
+        metrics (and spans, when tracing is on) fed from its events."""
         loop = asyncio.get_running_loop()
-        session = RealtimeSession(self.args, loop, transport.send, self.limits, media=transport.media)
+        observers: list[Callable[[dict[str, Any]], None]] = []
+
+        def send(event: dict[str, Any]) -> None:
+            for observe in observers:
+                observe(event)
+            transport.send(event)
+
+        session = RealtimeSession(self.args, loop, send, self.limits, media=transport.media)
+        metrics = self.metrics.session(transport.kind, session.bus)
+        observers.append(metrics.on_server_event)
+        closers: list[Callable[[], None]] = [metrics.close]
+        if self.tracing is not None:
+            closers.append(self.tracing.session(session.id, transport.kind, session.bus).close)
+        self._closers[session] = closers
         self.sessions.add(session)
+        self.transports[session] = transport
         return session
 
     async def _run_session(
@@ -112,6 +172,7 @@ class RealtimeServer:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, session.start)
+            self.loaded = True
             transport.attach(session.feed_audio)
             for message in first or []:
                 session.handle(message)
@@ -122,8 +183,11 @@ class RealtimeServer:
             transport.send(error_event("server_error", str(exc), kind="server_error"))
         finally:
             self.sessions.discard(session)
+            self.transports.pop(session, None)
             await loop.run_in_executor(None, session.close)
             await transport.close()
+            for close in self._closers.pop(session, []):
+                close()
             logger.info("session %s (%s) closed", session.id, transport.kind)
             # the session's objects are reference cycles: free them (and their native memory) once its
             # threads (stages and their helpers, named after it) have ended: one still in a model
@@ -135,8 +199,16 @@ class RealtimeServer:
     async def handle(self, connection: ServerConnection) -> None:
         """Run one WebSocket client's session until it disconnects."""
         transport = WebSocketTransport(connection)
+        if self.draining:  # began while this client's handshake was under way
+            self.metrics.refuse("draining")
+            self.metrics.error(SHUTTING_DOWN)
+            transport.send(error_event(SHUTTING_DOWN, "the server is shutting down", kind="server_error"))
+            await transport.close(CLOSE_GOING_AWAY, "server shutting down")
+            return
         if self._full():
             message = f"the server is full ({self.args.max_sessions} sessions); try again later"
+            self.metrics.refuse("max_sessions")
+            self.metrics.error("max_sessions_reached")
             transport.send(error_event("max_sessions_reached", message))
             await transport.close(CLOSE_TRY_AGAIN_LATER, "server full")
             return
@@ -155,7 +227,11 @@ class RealtimeServer:
             CallRefused: the server is full (503) or the offer cannot be answered (400).
         """
         full = f"the server is full ({self.args.max_sessions} sessions); try again later"
+        if self.draining:
+            self.metrics.refuse("draining")
+            raise CallRefused(HTTPStatus.SERVICE_UNAVAILABLE, SHUTTING_DOWN, "the server is shutting down")
         if self._full():
+            self.metrics.refuse("max_sessions")
             raise CallRefused(HTTPStatus.SERVICE_UNAVAILABLE, "max_sessions_reached", full)
         from speech_to_speech.realtime.webrtc import OfferError, WebRTCCall  # aiortc loads with the first call
 
@@ -163,8 +239,12 @@ class RealtimeServer:
             call = await WebRTCCall.answer(offer_sdp)
         except OfferError as exc:
             raise CallRefused(HTTPStatus.BAD_REQUEST, "invalid_offer", str(exc)) from None
-        if self._full():  # filled while the offer was being answered
+        if self._full() or self.draining:  # filled (or draining) while the offer was being answered
             await call.close()
+            if self.draining:
+                self.metrics.refuse("draining")
+                raise CallRefused(HTTPStatus.SERVICE_UNAVAILABLE, SHUTTING_DOWN, "the server is shutting down")
+            self.metrics.refuse("max_sessions")
             raise CallRefused(HTTPStatus.SERVICE_UNAVAILABLE, "max_sessions_reached", full)
         session = self._open_session(call)
         first = [json.dumps({"type": "session.update", "session": session_config})] if session_config else []
@@ -188,13 +268,65 @@ class RealtimeServer:
         await call.close(reason="hung up")
         return True
 
+    def request_drain(self, stop: asyncio.Future[None]) -> None:
+        """SIGTERM: stop taking sessions now (``/readyz`` says 503), then resolve ``stop``; on the
+        way out :meth:`drain` lets the active responses finish."""
+        self._drain_requested = True
+        self.draining = True
+        if not stop.done():
+            stop.set_result(None)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Let every active response finish (at most ``timeout_s``), then send each session an
+        ``error`` (:data:`SHUTTING_DOWN`) and close it with 1001 (going away)."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+
+        def busy() -> int:
+            return sum(1 for session in list(self.sessions) if session.output.active is not None)
+
+        if busy():
+            logger.info("draining: waiting up to %.1f s for %d active response(s)", timeout_s, busy())
+        while loop.time() < deadline and busy():
+            await asyncio.sleep(0.05)
+        if busy():
+            logger.warning("draining: %d response(s) still active after %.1f s; closing anyway", busy(), timeout_s)
+        await asyncio.sleep(0.2)  # the last response.done events, handed over by the sinks' threads, go out first
+        message = "the server is shutting down; reconnect (to another replica)"
+        transports = list(self.transports.values())
+        for transport in transports:
+            self.metrics.error(SHUTTING_DOWN)
+            transport.send(error_event(SHUTTING_DOWN, message, kind="server_error"))
+        # the error must leave before the connection closes (a WebSocket's close flushes; a data channel may not)
+        await asyncio.gather(*(t.flush() for t in transports if hasattr(t, "flush")), return_exceptions=True)
+        await asyncio.gather(
+            *(transport.close(CLOSE_GOING_AWAY, "server shutting down") for transport in transports),
+            return_exceptions=True,
+        )
+        if self._call_tasks:  # the calls' sessions end once their transports have
+            await asyncio.wait(list(self._call_tasks), timeout=SHUTDOWN_GRACE_S)
+
     async def run(self, ready: asyncio.Event | None = None, stop: asyncio.Future[None] | None = None) -> None:
-        """Serve until ``stop`` resolves (or SIGINT/SIGTERM when running in the main thread)."""
+        """Serve until ``stop`` resolves (or SIGINT/SIGTERM when running in the main thread).
+
+        SIGTERM drains first (:meth:`drain`, up to ``--drain_timeout_s``); SIGINT and ``stop``
+        close the sessions at once.
+        """
         loop = asyncio.get_running_loop()
         stop = stop or loop.create_future()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+            loop.add_signal_handler(signal.SIGINT, lambda: stop.done() or stop.set_result(None))
+            loop.add_signal_handler(signal.SIGTERM, lambda: self.request_drain(stop))
+        metrics_server = None
+        metrics_port = getattr(self.args, "metrics_port", 0)
+        if metrics_port:
+            from prometheus_client import start_http_server
+
+            try:
+                metrics_server = start_http_server(metrics_port, self.args.host, registry=self.metrics.registry)
+            except OSError as exc:
+                raise RuntimeError(f"--metrics_port {metrics_port}: {exc}") from None
         max_size = self.args.max_message_kb * 1024
         context = ssl_context(self.args)
         server = await serve(
@@ -216,9 +348,15 @@ class RealtimeServer:
             if ready is not None:
                 ready.set()
             await stop
+            if self._drain_requested:
+                await self.drain(getattr(self.args, "drain_timeout_s", 0.0))
         finally:
             await self._close_calls()
             await self._shutdown(server)
+            if metrics_server is not None:
+                metrics_server[0].shutdown()
+            if self.tracing is not None:
+                self.tracing.shutdown()
         logger.info("server stopped")
 
     async def _close_calls(self) -> None:

@@ -205,6 +205,16 @@ class WebRTCCall:
         self._pending.append(text)
         del self._pending[:-MAX_PENDING_EVENTS]
 
+    async def flush(self, timeout_s: float = 1.0) -> None:
+        """Wait until the data channel has sent what is queued (at most ``timeout_s``, s)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        channel = self.channel
+        while (
+            channel is not None and channel.readyState == "open" and channel.bufferedAmount and loop.time() < deadline
+        ):
+            await asyncio.sleep(0.01)
+
     async def messages(self) -> AsyncIterator[str | bytes]:
         while True:
             message = await self._inbox.get()

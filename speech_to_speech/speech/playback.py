@@ -228,7 +228,7 @@ class PacedAudioSink(BaseHandler):
             else:
                 end: EndOfResponse = entry[1]
                 self.on_response_done(end)
-                self.bus.publish(ResponseDone(end.stamp.turn_id, text=end.text, error=end.error))
+                self.bus.publish(ResponseDone(end.stamp.turn_id, text=end.text, error=end.error, usage=dict(end.usage)))
                 with self._lock:
                     self._played = [p for p in self._played if p.stamp != end.stamp]
 

@@ -139,7 +139,6 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         if compute_type == "default":
             compute_type = "float16" if device == "cuda" else "int8"
         threads = max(0, self.config.stt_cpu_threads)
-        self.language, self.candidates = parse_language(self.config.language)
 
         def load() -> Any:
             whisper = WhisperModel(model, device=device, compute_type=compute_type, cpu_threads=threads)
@@ -148,10 +147,16 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
             return whisper
 
         self.model: Any = shared_model(("faster-whisper", model, device, compute_type, threads), load)
-        #: detect the language of every pass (a multilingual model with ``language`` auto)
-        self.detects = self.language is None and bool(self.model.model.is_multilingual)
         self._tokenizers: dict[str | None, Any] = {}
+        self.set_language(self.config.language)
         self._short_context(np.zeros(16_000, dtype=np.float32))  # warm up this path too
+
+    def set_language(self, language: str) -> None:
+        """Pin, detect or detect among (see :func:`parse_language`) from the next pass on."""
+        super().set_language(language)
+        self.language, self.candidates = parse_language(language)
+        #: detect the language of every pass (a multilingual model with ``language`` auto or a list)
+        self.detects = self.language is None and bool(self.model.model.is_multilingual)
 
     def _tokenizer(self, language: str | None) -> tuple[Any, list[int]]:
         """The tokenizer that decodes ``language`` (None: an English-only model) and the tokens

@@ -73,7 +73,7 @@ from speech_to_speech.llm.prompts import (
     INTERRUPTION_MARKER,
     build_text_system_prompt,
     build_voice_system_prompt,
-    language_name,
+    reply_language,
 )
 from speech_to_speech.llm.provider_reader import STALLED, read_with_deadlines
 from speech_to_speech.llm.serialize import to_chat_messages
@@ -202,11 +202,7 @@ class BaseLLMHandler(BaseHandler):
         """The system prompt for a response: voice or text rules, a reply-language rule (the
         detected language with ``language`` auto, the set one when it is not English) and, for
         backends without native tools, a tools block."""
-        setting = self.config.language.strip()
-        if setting in ("", "auto") or "," in setting:  # detected per turn
-            language = language_name(language_code)
-        else:
-            language = None if setting.split("-")[0].lower() == "en" else language_name(setting) or setting
+        language = reply_language(self.config.language, language_code)
         offered = bool(tools) and tool_choice != "none"
         tools_block = build_tool_prompt(tools or [], voice=wants_audio) if offered and not self.native_tools else ""
         persona = self.config.system_prompt if instructions is None else instructions

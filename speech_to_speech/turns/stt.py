@@ -180,6 +180,11 @@ class BaseSTTHandler(BaseHandler):
         """Load the model."""
         raise NotImplementedError
 
+    def set_language(self, language: str) -> None:
+        """Hear ``language`` from the next pass on (a ``--language`` value: a code, "auto" or a
+        comma-separated list; see :class:`STTConfig`). Runs in the stage's thread."""
+        self.config.language = language
+
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
         """Return ``(text, language)`` for float32 mono ``samples`` at ``sample_rate`` Hz."""
         raise NotImplementedError

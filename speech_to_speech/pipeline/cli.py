@@ -280,8 +280,8 @@ _HELP = {
     ),
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
     "stt_model": (
-        "STT model: whisper-tiny.en (embedded, English, the default), whisper-base (embedded, multilingual: the "
-        "multilingual extra), a CTranslate2 folder or a hub id"
+        "STT model: whisper-base (embedded, multilingual; the multilingual extra), whisper-tiny.en, a CTranslate2 "
+        "folder or a hub id (default: embedded Whisper tiny.en)"
     ),
     "language": (
         "spoken language code (e.g. en), auto (detected per turn; needs a multilingual --stt_model such as "

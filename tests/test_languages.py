@@ -359,3 +359,52 @@ def test_each_turn_is_heard_answered_and_spoken_in_its_language(
     for language, reply in zip(QUESTIONS, four_languages["replies"], strict=True):
         assert np.abs(reply).max() > 0.05, f"no reply audio in the {language} turn"
         assert language_of(whisper_base, reply) == language
+
+
+@pytest.mark.models
+@needs_espeak
+def test_session_update_sets_the_language_the_server_hears(realtime_servers: Any) -> None:
+    """A server pinned to English hears German once a client lists the languages to detect among."""
+    import asyncio
+
+    from speech_to_speech.core.audio import float_to_int16
+    from tests.realtime_harness import WIRE_RATE, RawClient, append_event, blocks, silence
+
+    try:
+        from handlers.stt.embedded_whisper import resolve_stt_model
+
+        resolve_stt_model("whisper-base")
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    from speech_to_speech.turns.stt import BaseSTTHandler
+
+    server = realtime_servers("--stt_model", "whisper-base", "--language", "en")
+    question = "Wie spät ist es jetzt?"
+    audio = float_to_int16(soxr.resample(speak(question, "de"), 16_000, WIRE_RATE) * 0.8)
+    stt_languages: list[str] = []
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        client = await RawClient.open(server.ws_url)
+        log = client.log
+        try:
+            created = await log.wait_for("session.created", 300)
+            stt = server.session(created["session"]["id"]).pipeline.stage("stt", BaseSTTHandler)
+            stt_languages.append(stt.config.language)
+            transcription = {"languages": CANDIDATES.split(",")}
+            audio_in = {"transcription": transcription, "turn_detection": {"type": "server_vad"}}
+            await client.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": audio_in}}})
+            updated = await log.wait_for("session.updated", 300)
+            for payload in blocks(np.concatenate([audio, silence(1.5)])):
+                await client.send(append_event(payload))
+            heard = await log.wait_for("conversation.item.input_audio_transcription.completed", 300)
+            stt_languages.append(stt.config.language)
+            await log.wait_for("response.done", 300)
+            return updated, heard
+        finally:
+            await client.close()
+
+    updated, heard = asyncio.run(asyncio.wait_for(scenario(), 600))
+    assert updated["session"]["audio"]["input"]["transcription"]["languages"] == CANDIDATES.split(",")
+    assert stt_languages == ["en", CANDIDATES]  # the server's --language, then the session's
+    assert heard["languages"] == [{"code": "de"}], heard
+    assert heard["transcript"].strip()

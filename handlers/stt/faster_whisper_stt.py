@@ -148,6 +148,7 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
 
         self.model: Any = shared_model(("faster-whisper", model, device, compute_type, threads), load)
         self._tokenizers: dict[str | None, Any] = {}
+        self._detected: str | None = None  # the language of the latest short-context pass
         self.set_language(self.config.language)
         self._short_context(np.zeros(16_000, dtype=np.float32))  # warm up this path too
 
@@ -173,13 +174,15 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
         if sample_rate != 16_000:
             raise ValueError(f"faster-whisper needs 16000 Hz audio, got {sample_rate} Hz")
+        detected = None
         if len(samples) <= SHORT_CONTEXT_MAX_S * sample_rate:
             heard = self._short_context(samples)
             if heard is not None:
                 return heard
+            detected = self._detected  # redone in the full window, in the language detected (among the candidates)
         segments, info = self.model.transcribe(
             samples,
-            language=self.language,
+            language=self.language or detected,
             beam_size=self.config.stt_beam_size,
             condition_on_previous_text=False,
             vad_filter=False,
@@ -235,6 +238,7 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         encoded = whisper.model.encode(ctranslate2.StorageView.from_array(padded), to_cpu=False)
         multilingual = bool(whisper.model.is_multilingual)
         language = self.detect_language(encoded) if self.detects else self.language if multilingual else None
+        self._detected = language
         tokenizer, suppress = self._tokenizer(language)
         prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
         result = whisper.model.generate(

@@ -117,6 +117,8 @@ class PiperTTSHandler(BaseTTSHandler):
     """
 
     engine = "piper"
+    #: the engine name reported for the fallback's audio
+    fallback_engine = "espeak-ng"
 
     def load(self) -> None:
         voices = parse_voices(self.config.tts_voice)
@@ -164,6 +166,3 @@ class PiperTTSHandler(BaseTTSHandler):
             return (audio,), rate, self.fallback_engine
         voice = voice or self.voice
         return (chunk.audio_float_array for chunk in voice.synthesize(text)), int(voice.config.sample_rate), self.engine
-
-    #: the engine name reported for the fallback's audio
-    fallback_engine = "espeak-ng"

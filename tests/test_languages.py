@@ -196,6 +196,20 @@ def test_espeak_picks_a_voice_per_language() -> None:
     assert not np.array_equal(french, english)  # the French voice, not the English one
 
 
+@needs_espeak
+def test_espeak_backend_speaks_each_language_with_its_voice() -> None:
+    from handlers.tts.espeak_ng_tts import EspeakNGTTSHandler
+
+    tts = new_stage(EspeakNGTTSHandler, config=TTSConfig(tts_voice="de=de-ch"), name="tts")
+    tts.setup()
+    said = {}
+    for language in ("fr", "de", None):
+        out = list(tts.process(TTSInput(tts.gate.new_turn_stamp(), "Un, deux, trois.", language)))
+        assert {(a.engine, a.language, a.sample_rate) for a in out} == {("espeak-ng", language, 22_050)}
+        said[language] = np.concatenate([a.samples for a in out])
+    assert len({len(audio) for audio in said.values()}) == 3  # three voices, three renditions
+
+
 # -- the realtime session's transcription language ---------------------------------------------------
 
 
@@ -287,6 +301,13 @@ def test_piper_speaks_other_languages_with_espeak() -> None:
         assert out and sum(len(a.samples) for a in out) > 0.2 * out[0].sample_rate  # never silent
         engines[language] = {a.engine for a in out}
     assert engines == {"fr": {"espeak-ng"}, "en": {"piper"}, None: {"piper"}, "de-DE": {"espeak-ng"}}
+    # a Piper voice given for German (here the embedded one, under de=) speaks German text
+    from handlers.tts.piper_tts import embedded_voice
+
+    tts = new_stage(PiperTTSHandler, config=TTSConfig(tts_voice=f"de={embedded_voice()[0]}"), name="tts")
+    tts.setup()
+    out = list(tts.process(TTSInput(tts.gate.new_turn_stamp(), "Hallo.", "de")))
+    assert out and {a.engine for a in out} == {"piper"}
 
 
 @pytest.mark.models

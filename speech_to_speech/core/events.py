@@ -190,7 +190,15 @@ class FirstToken(Event):
 
 @dataclass
 class FirstAudio(Event):
-    """The first assistant audio of a turn reached the sink."""
+    """The first assistant audio of a turn reached the sink.
+
+    Attributes:
+        engine: the TTS engine that spoke it (e.g. ``"espeak-ng"``), "" when not told.
+        language: ISO 639-1 code it was spoken in, None when unknown.
+    """
+
+    engine: str = ""
+    language: str | None = None
 
 
 @dataclass
@@ -308,6 +316,7 @@ class TurnMetrics(Event):
         voice_to_voice_ms: end of user speech → first assistant audio at the sink.
         endpoint_delay_ms: end of user speech → VAD endpoint decision.
         endpoint_by: what ended the user's turn (see :class:`SpeechStopped`).
+        voice: the TTS engine that spoke the reply and its language (``"espeak-ng fr"``), or None.
     """
 
     stt_ms: float | None = None
@@ -316,6 +325,7 @@ class TurnMetrics(Event):
     voice_to_voice_ms: float | None = None
     endpoint_delay_ms: float | None = None
     endpoint_by: str | None = None
+    voice: str | None = None
 
 
 @dataclass

@@ -233,10 +233,13 @@ class TTSInput(Message):
     Attributes:
         stamp: the turn's stamp.
         text: speakable text (never empty).
+        language: ISO 639-1 code of the text (the user's turn's language, e.g. ``"fr"``), or
+            None when unknown; the TTS picks its voice or engine by it.
     """
 
     stamp: Stamp
     text: str
+    language: str | None = None
 
 
 @dataclass
@@ -278,12 +281,16 @@ class AudioOutput(Message):
         samples: shape ``(n,)`` float32 in [-1, 1].
         sample_rate: Hz (the TTS engine's native rate; sinks resample once).
         text: the text this audio speaks, on the chunk that starts a sentence batch.
+        engine: what spoke it (e.g. ``"piper"``, ``"espeak-ng"``), "" when not told.
+        language: ISO 639-1 code it was spoken in, None when unknown.
     """
 
     stamp: Stamp
     samples: np.ndarray
     sample_rate: int
     text: str = ""
+    engine: str = ""
+    language: str | None = None
 
 
 @dataclass

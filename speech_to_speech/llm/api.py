@@ -104,7 +104,8 @@ class LLMConfig:
         history_turns: user turns kept in the conversation history.
         compact_history: summarise old turns in the background instead of dropping them.
         stream_batch_sentences: sentences per TTS batch after the first.
-        language: "auto" passes the STT's detected language to the prompt.
+        language: "auto" passes the STT's detected language to the prompt (a rule to reply in it);
+            another language than English adds a rule to reply in that one.
         audio_history_turns: user turns whose audio stays in history (older audio becomes text).
         stream_words: send speech to TTS word by word (engines that take streaming text)
             instead of sentence by sentence.

@@ -410,6 +410,21 @@ WHISPER_LANGUAGES: dict[str, str] = {
 _CODE_ALIASES = {"jv": "jw", "iw": "he", "nb": "no"}
 
 
+def reply_language(setting: str, detected: str | None) -> str | None:
+    """The language name of the reply rule, or None for no rule.
+
+    Args:
+        setting: the ``--language`` value: "auto", "" or a comma-separated list (detected per
+            turn: the rule names ``detected``), or one language (a rule unless it is English,
+            the prompt's own language).
+        detected: the turn's language code from the STT (None: unknown, no rule when detecting).
+    """
+    setting = setting.strip()
+    if setting in ("", "auto") or "," in setting:
+        return language_name(detected)
+    return None if setting.split("-")[0].lower() == "en" else language_name(setting) or setting
+
+
 def language_name(code: str | None) -> str | None:
     """The English name of a Whisper language code, or ``None``.
 

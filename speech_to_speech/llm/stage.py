@@ -73,7 +73,7 @@ from speech_to_speech.llm.prompts import (
     INTERRUPTION_MARKER,
     build_text_system_prompt,
     build_voice_system_prompt,
-    language_name,
+    reply_language,
 )
 from speech_to_speech.llm.provider_reader import STALLED, read_with_deadlines
 from speech_to_speech.llm.serialize import to_chat_messages
@@ -104,6 +104,7 @@ class _ResponseState:
     usage: Usage | None = None
     error: str | None = None
     cancelled: bool = False
+    language: str | None = None  # of the user's turn: the reply is spoken in it
 
 
 class BaseLLMHandler(BaseHandler):
@@ -198,9 +199,10 @@ class BaseLLMHandler(BaseHandler):
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str = "auto",
     ) -> str:
-        """The system prompt for a response: voice or text rules, the language when auto,
-        and for backends without native tools a tools block."""
-        language = language_name(language_code) if self.config.language == "auto" else None
+        """The system prompt for a response: voice or text rules, a reply-language rule (the
+        detected language with ``language`` auto, the set one when it is not English) and, for
+        backends without native tools, a tools block."""
+        language = reply_language(self.config.language, language_code)
         offered = bool(tools) and tool_choice != "none"
         tools_block = build_tool_prompt(tools or [], voice=wants_audio) if offered and not self.native_tools else ""
         persona = self.config.system_prompt if instructions is None else instructions
@@ -237,15 +239,16 @@ class BaseLLMHandler(BaseHandler):
             if not self.gate.admits(item.stamp):
                 yield EndOfResponse(item.stamp, error="cancelled")
                 return
-            request = self.build_request(Transcript(item.stamp, "", wants_audio=item.wants_audio))
+            answering = Transcript(item.stamp, "", language=self.latest_language(), wants_audio=item.wants_audio)
+            request = self.build_request(answering)
             if item.tools is not None:
                 request.tools = list(item.tools)
             if item.tool_choice is not None:
                 request.tool_choice = item.tool_choice
             request.system_prompt = self.system_prompt(
-                item.wants_audio, None, item.instructions, request.tools, request.tool_choice
+                item.wants_audio, answering.language, item.instructions, request.tools, request.tool_choice
             )
-            yield from self._generate(Transcript(item.stamp, "", wants_audio=item.wants_audio), request)
+            yield from self._generate(answering, request)
             return
         stamp = item.stamp
         if not self.gate.admits(stamp):
@@ -259,19 +262,31 @@ class BaseLLMHandler(BaseHandler):
             if item.respond:
                 yield EndOfResponse(stamp, error="empty request: no user text")
             return
-        self._add_user_text(stamp, item.text)
+        self._add_user_text(stamp, item.text, item.language)
         if item.respond:
             yield from self._generate(item, self.build_request(item))
 
-    def _add_user_text(self, stamp: Stamp, text: str) -> None:
-        """Add the user's turn, or edit it in place when this is a new revision of it."""
+    def _add_user_text(self, stamp: Stamp, text: str, language: str | None = None) -> None:
+        """Add the user's turn (with its ``language``, ISO 639-1, when known), or edit it in place
+        when this is a new revision of it."""
         previous = self._user_items.get(stamp.turn_id)
         if stamp.revision > 0 and previous is not None and self.chat.replace_user_message_text(previous, text):
             return
-        stored = self.chat.add_item({"type": "message", "role": "user", "content": text})
+        message = {"type": "message", "role": "user", "content": text}
+        if language:
+            message["language"] = language
+        stored = self.chat.add_item(message)
         self._user_items[stamp.turn_id] = stored["id"]
         while len(self._user_items) > 4 * self.config.history_turns:
             self._user_items.pop(next(iter(self._user_items)))
+
+    def latest_language(self) -> str | None:
+        """The language (ISO 639-1) of the latest user turn in history that has one, else None:
+        what a reply that answers no transcript (``response.create``, a tool follow-up) is in."""
+        for item in reversed(self.chat.items()):
+            if item.get("role") == "user" and item.get("language"):
+                return str(item["language"])
+        return None
 
     def apply_heard_text(self, turn_id: int, heard: str) -> None:
         """Cut the assistant's reply to turn ``turn_id`` to the words the user heard.
@@ -299,7 +314,7 @@ class BaseLLMHandler(BaseHandler):
     def _generate(
         self, item: Transcript, request: LLMRequest, txn: ResponsePrefetchTransaction | None = None
     ) -> Iterator[Any]:
-        st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio)
+        st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio, language=item.language)
         if txn is not None:
             txn.on_rollback(lambda: self.chat.cancel_provisional_generation(st.key))
         with self._history_lock:
@@ -406,11 +421,12 @@ class BaseLLMHandler(BaseHandler):
         clean = clean.rstrip() if self.config.stream_words else clean.strip()  # words keep their leading space
         if is_speakable(clean):
             st.spoken = True
-            yield TTSInput(st.stamp, clean)
+            yield TTSInput(st.stamp, clean, st.language)
 
     @staticmethod
     def _tts_or_text(st: _ResponseState, text: str) -> TTSInput | TextOutput:
-        return TTSInput(st.stamp, text) if st.wants_audio else TextOutput(st.stamp, text)
+        """One of the stage's own (English) sentences, spoken or as text."""
+        return TTSInput(st.stamp, text, "en") if st.wants_audio else TextOutput(st.stamp, text)
 
     def _record_tool_call(self, st: _ResponseState, call: ToolCall) -> Iterator[ToolCallRequest]:
         """Write the call to history before anyone can see it, then emit it.
@@ -522,7 +538,7 @@ class BaseLLMHandler(BaseHandler):
         txn.register_abort(lambda: self.gate.turns.revise(stamp.turn_id))  # stale: generation stops
         real_bus, self.bus = self.bus, hidden  # type: ignore[assignment]
         try:
-            item = Transcript(stamp, "", wants_audio=self.default_wants_audio)
+            item = Transcript(stamp, "", language=self.latest_language(), wants_audio=self.default_wants_audio)
             for out in self._generate(item, self.build_request(item), txn):
                 # a failed follow-up is never offered for a claim: the client's response.create
                 # generates afresh (the failure may be transient); one already claimed still ends

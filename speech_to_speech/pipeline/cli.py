@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from speech_to_speech.llm.prompts import DEFAULT_VOICE_PERSONA
 from speech_to_speech.pipeline.registry import REGISTRY, STAGES
+from speech_to_speech.speech.tts import parse_voices
 
 #: the embedded, offline defaults
 DEFAULT_BACKENDS = {"vad": "silero", "stt": "faster-whisper", "llm": "llama-cpp", "tts": "piper"}
@@ -164,6 +165,41 @@ class _AppendOverPreset(argparse.Action):
         setattr(namespace, self.dest, [*items, values])
 
 
+class _JoinVoices(argparse.Action):
+    """``--tts_voice`` given several times: the values joined with commas (replacing a preset's)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        seen = getattr(self, "_seen", set())
+        current = getattr(namespace, self.dest, "") if id(namespace) in seen else ""
+        joined = f"{current},{values}" if current and values else (values or current)
+        try:
+            parse_voices(joined)  # a language named twice across flags
+        except ValueError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        self._seen = seen | {id(namespace)}
+        setattr(namespace, self.dest, joined)
+
+
+def parse_tts_voice(value: Any) -> str:
+    """Check a ``--tts_voice`` value's form (:func:`~speech_to_speech.speech.tts.parse_voices`).
+
+    Raises:
+        argparse.ArgumentTypeError: a malformed entry, the message naming it.
+    """
+    text = _to_str(value)
+    try:
+        parse_voices(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 @dataclasses.dataclass
 class RunConfig:
     """How the pipeline is fed and where its output goes.
@@ -261,8 +297,14 @@ _HELP = {
         "0: speech interrupts at once"
     ),
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
-    "stt_model": "STT model folder or hub id (default: embedded Whisper tiny.en)",
-    "language": "spoken language code (e.g. en), or auto",
+    "stt_model": (
+        "STT model: whisper-base (embedded, multilingual; the multilingual extra), whisper-tiny.en, a CTranslate2 "
+        "folder or a hub id (default: embedded Whisper tiny.en)"
+    ),
+    "language": (
+        "spoken language code (e.g. en), auto (detected per turn; needs a multilingual --stt_model such as "
+        "whisper-base), or a comma-separated list to detect among (e.g. en,fr,de,es)"
+    ),
     "stt_compute_type": "STT precision (default, int8, float16, ...)",
     "stt_beam_size": "STT beam width (1 = greedy)",
     "llm_model": (
@@ -279,7 +321,11 @@ _HELP = {
     "stream_batch_sentences": "sentences per TTS batch after the first",
     "llm_threads": "llama.cpp threads; 0 = every core, at most 4",
     "llm_context": "llama.cpp context window, tokens",
-    "tts_voice": "Piper voice .onnx path (default: embedded voice)",
+    "tts_voice": (
+        "voice per language, LANG=VOICE (repeatable or comma-separated), and/or a default VOICE: a Piper "
+        ".onnx path (piper; default: the embedded English voice, espeak-ng for other languages) or an "
+        "espeak-ng voice name (espeak-ng)"
+    ),
     "stream_words": "feed TTS word by word (engines that take streaming text), true/false",
     "audio_history_turns": "user turns whose audio stays in history (older audio is replaced by text)",
     "compact_history": "summarise old turns in the background instead of dropping them (true/false)",
@@ -454,6 +500,16 @@ def build_parser() -> OneLineParser:
                 continue
             seen.add(field.name)
             kind = _field_kind(cls, field)
+            if field.name == "tts_voice":
+                group.add_argument(
+                    "--tts_voice",
+                    action=_JoinVoices,
+                    type=parse_tts_voice,
+                    default="",
+                    metavar="[LANG=]VOICE",
+                    help=_HELP["tts_voice"],
+                )
+                continue
             group.add_argument(
                 f"--{field.name}",
                 type=value_parser(kind, field.name),

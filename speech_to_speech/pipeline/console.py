@@ -45,6 +45,7 @@ class _TurnTimes:
     request: float | None = None
     ttft_ms: float | None = None
     first_audio: float | None = None
+    voice: str | None = None
 
 
 class MetricsCollector:
@@ -80,6 +81,8 @@ class MetricsCollector:
                 times.ttft_ms = event.ttft_ms
             elif isinstance(event, FirstAudio):
                 times.first_audio = event.time
+                if event.engine:
+                    times.voice = " ".join(filter(None, (event.engine, event.language)))
             elif isinstance(event, ResponseDone):
                 metrics = self._metrics(event.turn_id, self._times.pop(event.turn_id))
                 self.turns.append(metrics)
@@ -101,6 +104,7 @@ class MetricsCollector:
             voice_to_voice_ms=ms(t.first_audio, t.speech_end) if t.stt_ms is not None else None,
             endpoint_delay_ms=t.endpoint_delay_ms,
             endpoint_by=t.endpoint_by,
+            voice=t.voice,
         )
 
 
@@ -150,6 +154,8 @@ class ConsoleReporter:
             )
             if event.endpoint_delay_ms is not None:
                 line += f" | endpoint {_fmt(event.endpoint_delay_ms)} ({event.endpoint_by or 'silence'})"
+            if event.voice:
+                line += f" | voice {event.voice}"
         elif isinstance(event, ReplyResumed):
             said = f" {event.text!r}" if event.text else ""
             line = (

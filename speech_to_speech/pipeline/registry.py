@@ -145,4 +145,21 @@ register(
         summary="OpenAI-compatible /v1/chat/completions",
     )
 )
-register(Backend("piper", "tts", TTSConfig, "handlers.tts.piper_tts:PiperTTSHandler", summary="Piper (embedded voice)"))
+register(
+    Backend(
+        "piper",
+        "tts",
+        TTSConfig,
+        "handlers.tts.piper_tts:PiperTTSHandler",
+        summary="Piper (embedded English voice; espeak-ng for languages without a voice)",
+    )
+)
+register(
+    Backend(
+        "espeak-ng",
+        "tts",
+        TTSConfig,
+        "handlers.tts.espeak_ng_tts:EspeakNGTTSHandler",
+        summary="espeak-ng (the system command; ~100 languages, robotic)",
+    )
+)

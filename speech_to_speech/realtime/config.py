@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,6 +105,15 @@ class SessionConfig:
         """The configuration a new session starts with."""
         vad = TurnDetection("server_vad", args.vad_threshold, args.min_silence_ms, args.speech_pad_ms)
         return cls(turn_detection=vad, transcription={"model": args.stt})
+
+    def stt_language(self, default: str) -> str:
+        """The STT's language setting for this session: ``transcription.language`` when set, else
+        ``transcription.languages`` as a candidate list, else ``default`` (the server's ``--language``)."""
+        if self.transcription.get("language"):
+            return str(self.transcription["language"])
+        if self.transcription.get("languages"):
+            return ",".join(self.transcription["languages"])
+        return default
 
     @property
     def wants_audio(self) -> bool:
@@ -203,7 +213,10 @@ def apply_update(
     if audio_in.get("noise_reduction") is not None:
         problems.append(_unsupported("session.audio.input.noise_reduction"))
     if audio_in.get("transcription") is not None:
-        changes["transcription"] = {**config.transcription, **audio_in["transcription"], "model": args.stt}
+        check(
+            "session.audio.input.transcription",
+            lambda: changes.update(transcription=_transcription(config, audio_in["transcription"], args)),
+        )
     if audio_out.get("speed") not in (None, 1, 1.0):
         problems.append(_unsupported("session.audio.output.speed", "only speed 1.0 is supported"))
     if audio_out.get("voice") is not None:
@@ -214,6 +227,27 @@ def apply_update(
             lambda: changes.update(turn_detection=_turn_detection(config, audio_in["turn_detection"], args, problems)),
         )
     return replace(config, **changes), problems
+
+
+#: a language code in ``transcription.language`` / ``languages`` (ISO 639-1, or 639-3 as "yue")
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}")
+
+
+def _transcription(config: SessionConfig, value: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The session's ``transcription`` after an update; ``language`` and ``languages`` checked."""
+    param = "session.audio.input.transcription"
+    language, languages = value.get("language"), value.get("languages")
+    if language not in (None, "") and not (isinstance(language, str) and _LANGUAGE_CODE.fullmatch(language)):
+        raise ProtocolError(
+            "invalid_value",
+            f"'language' must be an ISO-639-1 code such as 'fr', got {language!r}",
+            param=f"{param}.language",
+        )
+    if languages is not None and not all(isinstance(c, str) and _LANGUAGE_CODE.fullmatch(c) for c in languages):
+        raise ProtocolError(
+            "invalid_value", "'languages' must be ISO-639-1 codes such as 'fr'", param=f"{param}.languages"
+        )
+    return {**config.transcription, **value, "model": args.stt}
 
 
 def _turn_detection(

@@ -24,6 +24,7 @@ from speech_to_speech.core.handler import StageControl
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.realtime.conversation import Ref
+from speech_to_speech.turns.stt import BaseSTTHandler
 from speech_to_speech.turns.vad import BaseVADHandler, Endpointer
 
 logger = logging.getLogger(__name__)
@@ -68,13 +69,29 @@ class LLMSettings(StageControl):
     tool_choice: str
     wants_audio: bool
     max_new_tokens: int
+    language: str | None = None  # the STT's language setting (None: unchanged), for the reply rule
 
     def apply(self, stage: Any) -> None:
+        if self.language is not None:
+            stage.config.language = self.language
         stage.config.system_prompt = self.instructions
         stage.config.max_new_tokens = self.max_new_tokens
         stage.tools = list(self.tools)
         stage.tool_choice = self.tool_choice
         stage.default_wants_audio = self.wants_audio
+
+
+@dataclass
+class STTSettings(StageControl):
+    """The language the STT stage hears: a code, "auto" or a comma-separated list of candidates
+    (see :class:`~speech_to_speech.turns.stt.STTConfig`). Sent on the audio queue, it passes the
+    VAD and takes effect from the next segment on."""
+
+    target: ClassVar[type] = BaseSTTHandler
+    language: str
+
+    def apply(self, stage: Any) -> None:
+        stage.set_language(self.language)
 
 
 def chat_item_id(llm: BaseLLMHandler, ref: Ref) -> str | None:

@@ -56,7 +56,7 @@ from speech_to_speech.llm.cut import CutToHeard
 from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
-from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, VADSettings
+from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, STTSettings, VADSettings
 from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
 from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.realtime.protocol import (
@@ -232,7 +232,11 @@ class RealtimeSession:
             self.emit(protocol_error_event(problem))
         self._discard_prefetch("session.update")
         with self.lock:
+            language = config.stt_language(self.args.language)
+            changed = language != self.config.stt_language(self.args.language)
             self.config = config
+        if changed:
+            self._to_vad(STTSettings(language))  # passes the VAD, in order with the audio
         max_tokens = config.max_output_tokens if isinstance(config.max_output_tokens, int) else None
         self._enqueue(
             LLMSettings(
@@ -241,6 +245,7 @@ class RealtimeSession:
                 config.tool_choice,
                 config.wants_audio,
                 max_tokens or self.args.max_new_tokens,
+                language,
             )
         )
         if config.turn_detection is not None:
@@ -504,6 +509,8 @@ class RealtimeSession:
             seconds = round(self._input_audio_s.pop(event.turn_id, 0.0), 3)
             fields = {"item_id": item_id, "content_index": 0, "transcript": event.text}
             usage = {"type": "duration", "seconds": seconds}
+            if event.language:  # the detected (or pinned) language, as gpt-transcribe reports it
+                fields["languages"] = [{"code": event.language}]
             self.emit(server_event("conversation.item.input_audio_transcription.completed", **fields, usage=usage))
 
     def _on_response_event(self, event: Event) -> None:

@@ -210,7 +210,7 @@ class PacedAudioSink(BaseHandler):
             return
         if item.stamp.turn_id not in self._turns_with_audio:
             self._turns_with_audio.add(item.stamp.turn_id)
-            self.bus.publish(FirstAudio(item.stamp.turn_id))
+            self.bus.publish(FirstAudio(item.stamp.turn_id, engine=item.engine, language=item.language))
         start = max(now, self._play_end)
         self._play_end = start + len(samples) / self.sample_rate
         self.schedule.put(start - self.lead_s, ("audio", item, samples, start))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +35,53 @@ def trim_leading_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     return audio[max(0, int(loud[0]) - sample_rate * LEADING_SILENCE_KEEP_MS // 1000) :]
 
 
+#: a language code in ``--tts_voice``: ISO 639-1/3, optionally with a region (``fr``, ``pt-BR``)
+_LANGUAGE = re.compile(r"[a-z]{2,3}(?:[-_][A-Za-z]{2})?")
+
+
+def base_language(code: str | None) -> str | None:
+    """``"fr"`` for ``"fr"``, ``"fr-FR"`` or ``"fr_FR"``; None for None or ""."""
+    return re.split(r"[-_]", code.strip().lower())[0] if code and code.strip() else None
+
+
+def parse_voices(spec: str) -> dict[str, str]:
+    """The voices of a ``--tts_voice`` value, by language.
+
+    ``spec`` is comma-separated entries, each ``LANG=VOICE`` (a voice for one language) or a
+    bare ``VOICE`` (the default voice, key ``""``); "" is no voice at all (the backend's
+    embedded default). A voice is whatever the backend takes: a Piper ``.onnx`` path, an
+    espeak-ng voice name.
+
+    Raises:
+        ValueError: an empty entry or voice, a malformed language code, a language named twice
+            or two default voices; the message names the entry.
+    """
+    voices: dict[str, str] = {}
+    if not spec.strip():
+        return voices
+    for entry in spec.split(","):
+        entry = entry.strip()
+        language, sep, voice = entry.rpartition("=") if "=" in entry else ("", "", entry)
+        language, voice = language.strip(), voice.strip()
+        if not voice:
+            raise ValueError(f"--tts_voice entry {entry!r} names no voice (expected LANG=VOICE or VOICE)")
+        if sep and not _LANGUAGE.fullmatch(language):
+            raise ValueError(f"--tts_voice entry {entry!r}: {language!r} is not a language code such as fr or pt-BR")
+        key = base_language(language) or ""
+        if key in voices:
+            what = f"language {key!r}" if key else "default voice"
+            raise ValueError(f"--tts_voice names the {what} twice ({voices[key]!r} and {voice!r})")
+        voices[key] = voice
+    return voices
+
+
 @dataclass
 class TTSConfig:
     """Settings shared by every TTS backend.
 
     Attributes:
-        tts_voice: voice model path or name ("" = the backend's embedded default).
+        tts_voice: the voices, ``LANG=VOICE`` entries and/or one default ``VOICE``, comma-separated
+            (:func:`parse_voices`); "" = the backend's embedded default.
         tts_chunk_ms: size of the audio chunks sent downstream, ms.
     """
 
@@ -69,6 +111,8 @@ class BaseTTSHandler(BaseHandler):
 
     #: native output rate of the engine, Hz (set by :meth:`load`)
     sample_rate: int = 0
+    #: the engine's name as the console shows it (``"piper"``)
+    engine: str = ""
 
     def __init__(self, *args: object, config: TTSConfig, device: str = "cpu", **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -87,6 +131,12 @@ class BaseTTSHandler(BaseHandler):
         """Yield float32 mono audio in [-1, 1] at :attr:`sample_rate` for ``text``."""
         raise NotImplementedError
 
+    def speak(self, text: str, language: str | None) -> tuple[Iterable[np.ndarray], int, str]:
+        """Audio for ``text`` in ``language`` (ISO 639-1, None: unknown): the float32 chunks,
+        their rate in Hz and the engine that speaks them. A backend with a voice per language
+        (or a fallback engine) overrides this; the default is :meth:`synthesize`."""
+        return self.synthesize(text), self.sample_rate, self.engine
+
     def process(self, item: Any) -> Iterator[Any]:
         if not isinstance(item, TTSInput):  # text deltas, tool calls, end of response: in order
             if isinstance(item, EndOfResponse):
@@ -95,13 +145,14 @@ class BaseTTSHandler(BaseHandler):
             return
         if not self.gate.admits(item.stamp):
             return
-        chunk = max(1, self.sample_rate * self.config.tts_chunk_ms // 1000)
         # the LLM's sentence streamer already cut the text into the chunks to speak (the first
         # clause or sentence alone, then sentence batches): speak each as it is, never re-split
-        parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in self.synthesize(item.text)]
+        spoken, rate, engine = self.speak(item.text, item.language)
+        chunk = max(1, rate * self.config.tts_chunk_ms // 1000)
+        parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in spoken]
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         if item.stamp not in self._responses_begun:  # the reply's first audio: no silence in front
-            audio = trim_leading_silence(audio, self.sample_rate)
+            audio = trim_leading_silence(audio, rate)
         if not len(audio):
             return
         words = self._words(item.stamp, item.text)
@@ -109,7 +160,7 @@ class BaseTTSHandler(BaseHandler):
             if not self.gate.admits(item.stamp):
                 return
             text = "".join(w for w, at in words if start <= at * len(audio) < start + chunk)
-            yield AudioOutput(item.stamp, audio[start : start + chunk], self.sample_rate, text)
+            yield AudioOutput(item.stamp, audio[start : start + chunk], rate, text, engine, item.language)
 
     def _words(self, stamp: Stamp, text: str) -> list[tuple[str, float]]:
         """Words of ``text`` with their estimated start as a fraction of its audio.

@@ -34,7 +34,8 @@ class STTConfig:
 
     Attributes:
         stt_model: model folder or hub id ("" = the backend's embedded default).
-        language: ISO 639-1 code (e.g. "en"), or "auto" to detect per turn.
+        language: ISO 639-1 code (e.g. "en"), "auto" to detect per turn, or a comma-separated
+            list (e.g. "en,fr,de") to detect among those languages only.
         stt_compute_type: numeric precision for the engine ("default" picks per device).
         stt_beam_size: beam width (1 = greedy, fastest).
         stt_cpu_threads: CPU threads of the engine (0 = the engine's default). One thread
@@ -178,6 +179,11 @@ class BaseSTTHandler(BaseHandler):
     def load(self) -> None:
         """Load the model."""
         raise NotImplementedError
+
+    def set_language(self, language: str) -> None:
+        """Hear ``language`` from the next pass on (a ``--language`` value: a code, "auto" or a
+        comma-separated list; see :class:`STTConfig`). Runs in the stage's thread."""
+        self.config.language = language
 
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> tuple[str, str | None]:
         """Return ``(text, language)`` for float32 mono ``samples`` at ``sample_rate`` Hz."""

@@ -217,6 +217,10 @@ function onEvent(message) {
     case "conversation.item.input_audio_transcription.completed": {
       const turn = userTurn(e.item_id);
       turn.transcript = e.transcript;
+      // the language the server heard (detected with --language auto), next to "you"
+      const language = (e.languages || []).map((l) => l.code).join(", ");
+      turn.el.querySelector(".role").textContent = language ? `you · ${language}` : "you";
+      turn.el.dataset.language = language;
       showUserText(turn);
       break;
     }

@@ -10,51 +10,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from PIL import Image
 
-from speech_to_speech.llm.api import LLMConfig
-from speech_to_speech.pipeline.registry import Backend, register
-from speech_to_speech.speech.tts import TTSConfig
-from speech_to_speech.turns.stt import STTConfig
-from tests.fakes import ReplyLLM
+from tests.fakes import SeeingEcho
 from tests.realtime_harness import InProcessServer, RawClient
 
 WAIT_S = 60.0
 TEXT_ONLY = {"session": {"type": "realtime", "output_modalities": ["text"]}}
 
 
-class SeeingEcho(ReplyLLM):
-    """A model that sees: answers "I see N image(s)." counting the image parts it was given.
-
-    Attributes:
-        seen: the messages of every request (a class attribute: the pipeline builds the stage).
-    """
-
-    accepts_images = True
-    seen: ClassVar[list[list[dict[str, Any]]]] = []
-
-    def stream(
-        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
-    ) -> Iterator[str]:
-        SeeingEcho.seen.append(messages)
-        count = sum(
-            part.get("type") == "image_url"
-            for message in messages
-            if isinstance(message.get("content"), list)
-            for part in message["content"]
-        )
-        yield f"I see {count} image{'s' * (count != 1)}."
-
-
-register(Backend("seeing-echo", "llm", LLMConfig, "tests.test_image_session:SeeingEcho", summary="test"))
-register(Backend("image-test-stt", "stt", STTConfig, "tests.fakes:FakeSTT", summary="test"))
-register(Backend("image-test-tts", "tts", TTSConfig, "tests.fakes:FakeTTS", summary="test"))
-
-FAKES = ("--stt", "image-test-stt", "--tts", "image-test-tts")
+#: model-free STT and TTS (registered by tests.fakes)
+FAKES = ("--stt", "fake-stt", "--tts", "fake-tts")
 
 
 def png_url(size: tuple[int, int] = (12, 8)) -> str:

@@ -81,6 +81,11 @@ class Conversation:
             entry = self._items.get(item_id)
             return None if entry is None else copy.deepcopy(entry.item)
 
+    def items(self) -> list[dict[str, Any]]:
+        """Copies of the items, in order."""
+        with self._lock:
+            return [copy.deepcopy(entry.item) for entry in self._items.values()]
+
     def ref(self, item_id: str) -> Ref | None:
         with self._lock:
             entry = self._items.get(item_id)

@@ -201,6 +201,7 @@ BAD_VALUES = [
     ("max_message_kb", "0"),
     ("history_turns", "0"),
     ("audio_history_turns", "-1"),
+    ("image_history_turns", "-1"),
     ("stream_batch_sentences", "0"),
     ("stt_beam_size", "0"),
     ("request_timeout_s", "0"),

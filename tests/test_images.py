@@ -13,13 +13,14 @@ from PIL import Image
 from handlers.llm.openai_compatible import ChatCompletionsHandler, ResponsesAPIHandler
 from speech_to_speech.core.messages import EndOfResponse, Transcript
 from speech_to_speech.llm import images
-from speech_to_speech.llm.api import OpenAICompatibleConfig
+from speech_to_speech.llm.api import LLMConfig, OpenAICompatibleConfig
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.images import ImageError, check_image, open_image
 from speech_to_speech.llm.items import EARLIER_IMAGE_PLACEHOLDER, IMAGE_PLACEHOLDER, ChatItemError, has_part
 from speech_to_speech.llm.serialize import to_chat_messages, to_responses_input
 from speech_to_speech.realtime.conversation import image_indices, to_history, without_images
 from speech_to_speech.realtime.protocol import ProtocolError
+from tests.fakes import SeeingEcho
 from tests.helpers import new_stage
 from tests.responses_server import Reply, ResponsesServer, Text
 
@@ -147,6 +148,26 @@ def test_older_images_become_a_placeholder() -> None:
     assert not any(has_part(item, "input_image") for item in chat.items())
     with pytest.raises(ValueError, match="max_image_turns"):
         chat.compact_image_history(-1)
+
+
+def test_after_each_response_only_the_newest_images_stay() -> None:
+    """The LLM stage bounds images after every response (``--image_history_turns``); the model saw them first."""
+    llm = new_stage(SeeingEcho, config=LLMConfig(image_history_turns=1), name="llm:seeing")
+    llm.setup()
+    SeeingEcho.seen.clear()
+    for n in range(2):
+        llm.chat.add_item(to_history(image_item(f"u{n}", text=f"picture {n}")))
+
+    def turn() -> str:
+        out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Compare them.", wants_audio=False)))
+        return next(m.text for m in out if isinstance(m, EndOfResponse))
+
+    assert turn() == "I see 2 images."
+    users = [item for item in llm.chat.items() if item["role"] == "user"]
+    assert users[0]["content"][1] == {"type": "input_text", "text": EARLIER_IMAGE_PLACEHOLDER}
+    assert users[1]["content"][1]["type"] == "input_image"
+    assert turn() == "I see 1 image."
+    assert {"role": "user", "content": f"picture 0\n{EARLIER_IMAGE_PLACEHOLDER}"} in SeeingEcho.seen[-1]
 
 
 # -- serialising ---------------------------------------------------------------------------------------

@@ -76,6 +76,17 @@ def test_a_damaged_image_is_refused() -> None:
         check_image("data:image/png;base64," + base64.b64encode(damaged).decode())
 
 
+def test_a_truncated_jpeg_and_an_animation_are_refused() -> None:
+    raw = base64.b64decode(data_url("JPEG", (64, 48)).split(",", 1)[1])
+    with pytest.raises(ImageError, match="image/jpeg image is damaged"):
+        check_image("data:image/jpeg;base64," + base64.b64encode(raw[: len(raw) * 2 // 3]).decode())
+    buffer = io.BytesIO()
+    frames = [Image.new("RGB", (8, 8), colour) for colour in ((255, 0, 0), (0, 0, 255))]
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:])
+    with pytest.raises(ImageError, match="animated"):
+        check_image("data:image/gif;base64," + base64.b64encode(buffer.getvalue()).decode())
+
+
 def test_size_and_pixel_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     url = data_url("PNG", (40, 30))
     monkeypatch.setattr(images, "MAX_IMAGE_BYTES", 50)  # bytes: the PNG is larger

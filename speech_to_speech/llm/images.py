@@ -5,7 +5,7 @@ An image travels as the OpenAI Realtime GA ``input_image`` content part,
 in history in that shape (see :mod:`speech_to_speech.llm.items`). :func:`check_image` is the one
 check every image passes before it reaches history: a ``data:`` URL with a base64 payload, an image
 MIME type this server accepts, at most :data:`MAX_IMAGE_BYTES` decoded and :data:`MAX_IMAGE_PIXELS`
-pixels, and data that Pillow decodes as the format the MIME type names.
+pixels, a single frame, and data that Pillow decodes whole as the format the MIME type names.
 """
 
 from __future__ import annotations
@@ -98,9 +98,18 @@ def check_image(url: str) -> ImageInfo:
     try:
         with Image.open(io.BytesIO(raw)) as image:
             found, (width, height) = image.format, image.size
+            if found != IMAGE_FORMATS[mime]:
+                raise ImageError(f"the image is declared {mime} but its data is {found or 'unknown'}")
             if width * height > MAX_IMAGE_PIXELS:
                 raise ImageError(f"the image has {width}x{height} pixels; at most {MAX_IMAGE_PIXELS:,} are accepted")
-            image.verify()
+            if getattr(image, "is_animated", False):
+                raise ImageError("animated images are not supported; send a single frame")
+            image.verify()  # the file's structure (PNG: every chunk's CRC)
+        with Image.open(io.BytesIO(raw)) as image:  # verify() leaves an image unusable: open it anew
+            # decode every pixel, so truncated or corrupt data is found here; a JPEG is decoded at
+            # 1/8 scale (libjpeg's DCT scaling), which reads all of its data for a fraction of the time
+            image.draft("RGB", (max(1, width // 8), max(1, height // 8)))
+            image.load()
     except ImageError:
         raise
     except Image.DecompressionBombError:
@@ -109,8 +118,6 @@ def check_image(url: str) -> ImageInfo:
         raise ImageError(f"the data is not a readable {mime} image") from None
     except Exception as exc:  # Pillow raises many kinds (OSError, SyntaxError, ...) for broken files
         raise ImageError(f"the {mime} image is damaged: {exc}") from None
-    if found != IMAGE_FORMATS[mime]:
-        raise ImageError(f"the image is declared {mime} but its data is {found or 'unknown'}")
     return ImageInfo(mime, width, height, len(raw))
 
 
@@ -118,5 +125,4 @@ def open_image(url: str) -> Image.Image:
     """An image data URL (already checked by :func:`check_image`) as a loaded RGB ``PIL.Image``."""
     _, raw = decode_data_url(url)
     with Image.open(io.BytesIO(raw)) as image:
-        image.seek(0)  # the first frame of a GIF
         return image.convert("RGB")

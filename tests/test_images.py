@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.images import ImageError, check_image, open_image
 from speech_to_speech.llm.items import EARLIER_IMAGE_PLACEHOLDER, IMAGE_PLACEHOLDER, ChatItemError, has_part
 from speech_to_speech.llm.serialize import to_chat_messages, to_responses_input
-from speech_to_speech.realtime.conversation import image_indices, to_history, without_images
+from speech_to_speech.realtime import image_items
+from speech_to_speech.realtime.conversation import to_history
+from speech_to_speech.realtime.image_items import ImageChecks, image_indices, image_urls, without_images
 from speech_to_speech.realtime.protocol import ProtocolError
 from tests.fakes import SeeingEcho
 from tests.helpers import new_stage
@@ -132,6 +135,25 @@ def test_images_can_be_left_out_of_an_item() -> None:
     assert without_images(item)["content"] == [{"type": "input_text", "text": "What is this?"}]
     assert without_images(image_item("j", text=None)) is None
     assert image_indices({"id": "t", "type": "message", "role": "user", "content": [{"type": "input_text"}]}) == []
+
+
+def test_images_checked_ahead_are_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server checks a message's images in a worker thread (``ImageChecks.check_ahead``); the
+    session's ``to_history`` then takes the verdicts instead of decoding on the event loop."""
+    good, bad = data_url(), "data:image/png;base64,aGVsbG8="
+    checks = ImageChecks()
+    event = {"type": "conversation.item.create", "item": image_item("i", url=good)}
+    event["item"]["content"].append({"type": "input_image", "image_url": bad})
+    checks.check_ahead(json.dumps(event))
+    calls: list[str] = []
+    monkeypatch.setattr(image_items, "check_image", lambda url: calls.append(url))
+    assert checks(good).mime == "image/png"
+    with pytest.raises(ImageError, match="not a readable"):
+        checks(bad)
+    assert calls == []
+    checks(good)  # a verdict is handed over once; then the image is checked where asked
+    assert calls == [good]
+    assert image_urls("not json") == image_urls('{"type": "session.update"}') == []
 
 
 def test_history_refuses_a_malformed_image_part() -> None:

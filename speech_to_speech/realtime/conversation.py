@@ -15,10 +15,11 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from speech_to_speech.llm.images import ImageError, check_image
+from speech_to_speech.llm.images import ImageError, ImageInfo, check_image
 from speech_to_speech.realtime.protocol import ProtocolError
 
 #: where a protocol item's history entry is: ("chat", chat item id), ("user_turn", turn id),
@@ -149,14 +150,14 @@ class Conversation:
             )
 
 
-def to_history(item: dict[str, Any]) -> dict[str, Any]:
+def to_history(item: dict[str, Any], check: Callable[[str], ImageInfo] = check_image) -> dict[str, Any]:
     """A client's protocol item (``conversation.item.create``) as a history item, with the same id.
 
     Messages keep their text (a user's ``input_audio`` part its transcript) as one string; a user
     message with an ``input_image`` part keeps its parts in order instead (text as ``input_text``,
     each image as ``{"type": "input_image", "image_url", "detail"}`` once
     :func:`~speech_to_speech.llm.images.check_image` accepts it). Function calls and outputs keep
-    their fields.
+    their fields. ``check`` checks an image's data URL (raising :class:`ImageError`).
 
     Raises:
         ProtocolError: content the server cannot read (audio without a transcript), a bad image
@@ -188,7 +189,7 @@ def to_history(item: dict[str, Any]) -> dict[str, Any]:
                 "unsupported_content", f"{role} content of type {ptype!r} is not supported", param=param
             )
         if ptype == "input_image":
-            parts.append(_image_part(part, param))
+            parts.append(_image_part(part, param, check))
             continue
         text = part.get("text") if ptype.endswith("_text") else part.get("transcript")
         if not isinstance(text, str):
@@ -204,25 +205,13 @@ def to_history(item: dict[str, Any]) -> dict[str, Any]:
     return {"id": item["id"], "type": "message", "role": role, "content": content}
 
 
-def _image_part(part: dict[str, Any], param: str) -> dict[str, Any]:
+def _image_part(part: dict[str, Any], param: str, check: Callable[[str], ImageInfo]) -> dict[str, Any]:
     """A protocol ``input_image`` part as a history part, after checking the image."""
     url = part.get("image_url")
     if not isinstance(url, str):
         raise ProtocolError("invalid_image", "an input_image part needs an 'image_url' data URL", param=param)
     try:
-        check_image(url)
+        check(url)
     except ImageError as exc:
         raise ProtocolError("invalid_image", f"{param}: {exc}", param=f"{param}.image_url") from None
     return {"type": "input_image", "image_url": url, "detail": part.get("detail") or "auto"}
-
-
-def image_indices(item: dict[str, Any]) -> list[int]:
-    """The indices of a protocol message's ``input_image`` parts."""
-    content = item.get("content") if item.get("type") == "message" else None
-    return [i for i, part in enumerate(content or []) if isinstance(part, dict) and part.get("type") == "input_image"]
-
-
-def without_images(item: dict[str, Any]) -> dict[str, Any] | None:
-    """A protocol message without its ``input_image`` parts; None when nothing else is in it."""
-    kept = [part for part in item.get("content") or [] if part.get("type") != "input_image"]
-    return {**item, "content": kept} if kept else None

@@ -56,7 +56,8 @@ from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, VADSettings
-from speech_to_speech.realtime.conversation import ROOT, Conversation, image_indices, to_history, without_images
+from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
+from speech_to_speech.realtime.image_items import ImageChecks, image_indices, refuse_images
 from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.realtime.protocol import (
     ProtocolError,
@@ -121,6 +122,7 @@ class RealtimeSession:
         self.config = SessionConfig.from_args(args)
         self.conversation = Conversation()
         self._resamplers: dict[int, soxr.ResampleStream] = {}  # input rate → its stream to SAMPLE_RATE
+        self.images = ImageChecks()  # the next message's images, checked ahead off the loop
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
         self._offset = 0
@@ -316,10 +318,11 @@ class RealtimeSession:
                 "item_create_duplicate_item_id", f"an item {item['id']!r} already exists", param="item.id"
             )
         if image_indices(item) and not self.llm.accepts_images:
-            item = self._refuse_images(item, event.event_id)
+            item, refusal = refuse_images(item, self.args.llm_backend, event.event_id)
+            self.emit(protocol_error_event(refusal))
             if item is None:
                 return
-        history = to_history(item)
+        history = to_history(item, self.images)
         kind = item["type"]
         if kind == "function_call" and self.conversation.find_call(item["call_id"]) is not None:
             raise ProtocolError("invalid_value", f"a function_call {item['call_id']!r} exists", param="item.call_id")
@@ -349,18 +352,6 @@ class RealtimeSession:
             self._enqueue(HistoryInsert(history, None if at_end else self.conversation.refs_before(item["id"])))
         self.emit(server_event("conversation.item.added", previous_item_id=previous, item=item))
         self.emit(server_event("conversation.item.done", previous_item_id=previous, item=item))
-
-    def _refuse_images(self, item: dict[str, Any], event_id: str | None) -> dict[str, Any] | None:
-        """The item without its images, for a model that cannot see (one ``error`` event says so);
-        None when the item had nothing else, so nothing is created."""
-        first = image_indices(item)[0]
-        message = f"the current model ({self.args.llm_backend}) does not accept images; the image was left out"
-        stripped = without_images(item)
-        if stripped is None:
-            message = f"the current model ({self.args.llm_backend}) does not accept images; no item was created"
-        param = f"item.content.{first}"
-        self.emit(protocol_error_event(ProtocolError("unsupported_content", message, event_id, param=param)))
-        return stripped
 
     def retrieve_item(self, event: ConversationItemRetrieveEvent) -> None:
         """``conversation.item.retrieve``: the item as the server has it now."""

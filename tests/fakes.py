@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,8 +40,8 @@ from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.pipeline.registry import Backend, register
 from speech_to_speech.speech.audio_io import StreamClock
 from speech_to_speech.speech.playback import PacedAudioSink
-from speech_to_speech.speech.tts import BaseTTSHandler
-from speech_to_speech.turns.stt import BaseSTTHandler
+from speech_to_speech.speech.tts import BaseTTSHandler, TTSConfig
+from speech_to_speech.turns.stt import BaseSTTHandler, STTConfig
 from speech_to_speech.turns.vad import CHUNK_SAMPLES, SAMPLE_RATE, BaseVADHandler, VADConfig
 
 #: the reply :class:`ScriptedLLM` gives to a question (about 9 s of speech with the embedded voice)
@@ -449,8 +449,32 @@ class NeedsExtraLLM(HelloLLM):
         raise ModuleNotFoundError("No module named 'some_engine'")
 
 
+class SeeingEcho(ReplyLLM):
+    """A model that sees: answers "I see N image(s)." counting the image parts it was given.
+
+    Attributes:
+        seen: the messages of every request (a class attribute: the pipeline builds the stage).
+    """
+
+    accepts_images = True
+    seen: ClassVar[list[list[dict[str, Any]]]] = []
+
+    def stream(
+        self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
+    ) -> Iterator[str]:
+        SeeingEcho.seen.append(messages)
+        count = sum(
+            part.get("type") == "image_url"
+            for message in messages
+            if isinstance(message.get("content"), list)
+            for part in message["content"]
+        )
+        yield f"I see {count} image{'s' * (count != 1)}."
+
+
 register(Backend("turn-script", "llm", LLMConfig, "tests.fakes:ScriptedLLM", summary="test"))
 register(Backend("speculative-echo", "llm", LLMConfig, "tests.fakes:EchoLLM", summary="test"))
+register(Backend("seeing-echo", "llm", LLMConfig, "tests.fakes:SeeingEcho", summary="test"))
 
 
 # -- TTS -------------------------------------------------------------------------------------------
@@ -517,3 +541,7 @@ class RecordingSink(PacedAudioSink):
         self.writes.append(record)
         if self.on_write is not None:
             self.on_write(record)
+
+
+register(Backend("fake-stt", "stt", STTConfig, "tests.fakes:FakeSTT", summary="test"))
+register(Backend("fake-tts", "tts", TTSConfig, "tests.fakes:FakeTTS", summary="test"))

@@ -1,5 +1,9 @@
 """A small scriptable OpenAI Responses API server for tests (stdlib only).
 
+It also answers ``POST /v1/chat/completions`` with the text of the script's reply (one
+``chat.completion``, or ``chat.completion.chunk`` SSE events when streamed), enough to check
+what the ``chat-completions`` backend sends.
+
 It serves ``POST /v1/responses`` on loopback, either as one JSON ``Response`` object
 (``stream`` false) or as a Server-Sent Events stream in the real Responses format
 (``response.created`` … ``response.output_text.delta`` … ``response.completed``), sent
@@ -230,6 +234,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw or b"{}")
         owner = self.server.owner
         owner.requests.append(RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        if self.path.rstrip("/").endswith("/chat/completions"):
+            self._chat_completion(body, owner.next_reply())
+            return
         if not self.path.rstrip("/").endswith("/responses"):
             self._send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
@@ -248,6 +255,31 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, response)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (e.g. its timeout)
+
+    def _chat_completion(self, body: dict[str, Any], reply: Reply) -> None:
+        """The reply's text as a Chat Completions answer (text only: the script's calls are left out)."""
+        texts = [chunk for item in reply.output if isinstance(item, Text) for chunk in item.chunks]
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": body.get("model")}
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": "".join(texts)}
+            choice = {"index": 0, "message": message, "finish_reason": "stop"}
+            self._send_json(200, {**base, "object": "chat.completion", "choices": [choice]})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        deltas = [{"role": "assistant", "content": ""}, *({"content": text} for text in texts)]
+        for index, delta in enumerate([*deltas, {}]):
+            finish = "stop" if index == len(deltas) else None
+            chunk = {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
 
     def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()

@@ -204,6 +204,7 @@ BAD_VALUES = [
     ("otel", "maybe"),
     ("history_turns", "0"),
     ("audio_history_turns", "-1"),
+    ("image_history_turns", "-1"),
     ("stream_batch_sentences", "0"),
     ("stt_beam_size", "0"),
     ("request_timeout_s", "0"),

@@ -191,7 +191,7 @@ def test_protocol_items_become_history_items() -> None:
     image = {"id": "i", "type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:"}]}
     with pytest.raises(ProtocolError) as info:
         to_history(image)
-    assert info.value.param == "item.content.0"
+    assert (info.value.code, info.value.param) == ("invalid_image", "item.content.0.image_url")  # tests/test_images.py
     with pytest.raises(ProtocolError):
         to_history({"id": "e", "type": "message", "role": "user", "content": []})
 

@@ -89,6 +89,7 @@ class OpenAICompatibleHandler(BaseLLMHandler):
     """Common client set-up and error translation for OpenAI-compatible endpoints."""
 
     config: OpenAICompatibleConfig
+    accepts_images = True  # vision models take images; a provider's model that does not says so in its error
 
     def load(self) -> None:
         import openai
@@ -246,7 +247,7 @@ class ChatCompletionsHandler(OpenAICompatibleHandler):
         limit = "max_completion_tokens" if self.official else "max_tokens"
         kwargs[limit] = request.max_output_tokens
         return self.client.chat.completions.create(
-            model=self.config.model_name, messages=request.chat_messages(), stream=stream, **kwargs
+            model=self.config.model_name, messages=request.chat_messages(images=True), stream=stream, **kwargs
         )
 
     def _iter_stream_events(self, stream: Any) -> Iterator[ProviderEvent]:

@@ -56,14 +56,18 @@ class TransformersLLMHandler(LocalLLMHandler):
         for _ in self.stream([{"role": "user", "content": "Hi"}], lambda: False, max_new_tokens=2):
             pass
 
+    def prepare(self, messages: list[dict[str, Any]]) -> Any:
+        """The model's inputs for ``messages`` (the chat template applied), on the device."""
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        ).to(self.device)
+
     def stream(
         self, messages: list[dict[str, Any]], should_stop: Callable[[], bool], max_new_tokens: int | None = None
     ) -> Iterator[str]:
         from transformers import StoppingCriteriaList, TextIteratorStreamer
 
-        inputs = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        ).to(self.device)
+        inputs = self.prepare(messages)
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=120.0)
         sampling = self.config.temperature > 0
         abandoned = threading.Event()  # the consumer stopped reading

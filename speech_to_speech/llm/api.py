@@ -87,9 +87,10 @@ class LLMRequest:
     max_output_tokens: int = 96
     temperature: float = 0.0
 
-    def chat_messages(self) -> list[dict[str, Any]]:
-        """The request as OpenAI Chat Completions messages (system first)."""
-        return to_chat_messages(self.system_prompt, self.items)
+    def chat_messages(self, images: bool = False) -> list[dict[str, Any]]:
+        """The request as OpenAI Chat Completions messages (system first); ``images``: keep image parts
+        (else each stands as text; see :func:`~speech_to_speech.llm.serialize.to_chat_messages`)."""
+        return to_chat_messages(self.system_prompt, self.items, images=images)
 
 
 @dataclass
@@ -107,6 +108,8 @@ class LLMConfig:
         language: "auto" passes the STT's detected language to the prompt (a rule to reply in it);
             another language than English adds a rule to reply in that one.
         audio_history_turns: user turns whose audio stays in history (older audio becomes text).
+        image_history_turns: user turns whose images stay in history (older images become a
+            short text placeholder; each image costs the model hundreds of tokens).
         stream_words: send speech to TTS word by word (engines that take streaming text)
             instead of sentence by sentence.
         first_token_timeout_s: the longest wait for the first text or tool call of a response, s,
@@ -123,6 +126,7 @@ class LLMConfig:
     stream_batch_sentences: int = 2
     language: str = "en"
     audio_history_turns: int = 1
+    image_history_turns: int = 2
     stream_words: bool = False
     first_token_timeout_s: float = 6.0
 

@@ -33,7 +33,8 @@ from speech_to_speech.llm.items import (
     ChatItemError,
     Item,
     audio_to_text,
-    has_audio,
+    compact_parts,
+    image_to_text,
     is_user_message,
     new_item_id,
     replace_text,
@@ -335,19 +336,20 @@ class Chat:
         Raises:
             ValueError: if ``max_audio_turns`` < 0.
         """
-        if max_audio_turns < 0:
-            raise ValueError(f"max_audio_turns must be >= 0, got {max_audio_turns}")
+        self._compact_parts("input_audio", max_audio_turns, audio_to_text)
+
+    def compact_image_history(self, max_image_turns: int) -> None:
+        """Keep images only in the newest ``max_image_turns`` user messages that have one; in older
+        ones every ``input_image`` part becomes the text :data:`EARLIER_IMAGE_PLACEHOLDER`.
+
+        Raises:
+            ValueError: if ``max_image_turns`` < 0.
+        """
+        self._compact_parts("input_image", max_image_turns, image_to_text)
+
+    def _compact_parts(self, kind: str, keep: int, to_text: Callable[[dict], dict]) -> None:
         with self._lock:
-            kept = 0
-            for index in range(len(self._buffer) - 1, -1, -1):
-                item = self._buffer[index]
-                if not (is_user_message(item) and has_audio(item)):
-                    continue
-                if kept < max_audio_turns:
-                    kept += 1
-                    continue
-                content = [audio_to_text(part) for part in item["content"]]
-                self._buffer[index] = {**item, "content": content}
+            compact_parts(self._buffer, kind, keep, to_text)
 
     # ------------------------------------------------------------------ editing
 

@@ -4,7 +4,9 @@ Items are plain dicts in a neutral form close to the OpenAI Responses API:
 
 - message: ``{"id", "type": "message", "role": "user" | "assistant" | "system", "content": str | [part, ...]}``
   where a part is ``{"type": "input_text" | "output_text", "text": str}`` or
-  ``{"type": "input_audio", "audio": <base64 str>, "transcript": str | None}``;
+  ``{"type": "input_audio", "audio": <base64 str>, "transcript": str | None}`` or
+  ``{"type": "input_image", "image_url": <data URL>, "detail": "auto" | "low" | "high"}`` (checked
+  on the way in by :func:`speech_to_speech.llm.images.check_image`);
 - function call: ``{"id", "type": "function_call", "call_id", "name", "arguments": <JSON string>}``;
 - function call output: ``{"id", "type": "function_call_output", "call_id", "output": str}``.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 Item = dict[str, Any]
@@ -23,6 +26,13 @@ AUDIO_PLACEHOLDER = "[audio message]"
 EARLIER_AUDIO_PLACEHOLDER = "[earlier audio message]"
 """Text replacing an old audio part without a transcript in :meth:`Chat.compact_audio_history`."""
 
+IMAGE_PLACEHOLDER = "[an image the user showed]"
+"""Text standing for an image part when serialising for a model that reads only text."""
+
+EARLIER_IMAGE_PLACEHOLDER = "[an image the user showed earlier]"
+"""Text replacing an old image part in :meth:`Chat.compact_image_history`."""
+
+_DETAILS = ("auto", "low", "high")
 _ITEM_TYPES = ("message", "function_call", "function_call_output")
 _ROLES = ("user", "assistant", "system")
 _TEXT_PART_TYPES = ("input_text", "output_text")
@@ -42,10 +52,22 @@ def is_user_message(item: Item) -> bool:
     return item.get("type") == "message" and item.get("role") == "user"
 
 
+def has_part(item: Item, kind: str) -> bool:
+    """Whether ``item``'s content has a part of type ``kind`` (e.g. ``"input_image"``)."""
+    content = item.get("content")
+    return isinstance(content, list) and any(part.get("type") == kind for part in content)
+
+
 def has_audio(item: Item) -> bool:
     """Whether ``item``'s content has an ``input_audio`` part."""
-    content = item.get("content")
-    return isinstance(content, list) and any(part.get("type") == "input_audio" for part in content)
+    return has_part(item, "input_audio")
+
+
+def image_to_text(part: dict) -> dict:
+    """An ``input_image`` part as an :data:`EARLIER_IMAGE_PLACEHOLDER` text part; others unchanged."""
+    if part.get("type") != "input_image":
+        return part
+    return {"type": "input_text", "text": EARLIER_IMAGE_PLACEHOLDER}
 
 
 def audio_to_text(part: dict) -> dict:
@@ -53,6 +75,26 @@ def audio_to_text(part: dict) -> dict:
     if part.get("type") != "input_audio":
         return part
     return {"type": "input_text", "text": part.get("transcript") or EARLIER_AUDIO_PLACEHOLDER}
+
+
+def compact_parts(items: list[Item], kind: str, keep: int, to_text: Callable[[dict], dict]) -> None:
+    """In place: parts of type ``kind`` stay in the newest ``keep`` user messages that have one; in
+    older user messages every part goes through ``to_text``.
+
+    Raises:
+        ValueError: if ``keep`` < 0.
+    """
+    if keep < 0:
+        raise ValueError(f"max_{kind.removeprefix('input_')}_turns must be >= 0, got {keep}")
+    kept = 0
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if not (is_user_message(item) and has_part(item, kind)):
+            continue
+        if kept < keep:
+            kept += 1
+            continue
+        items[index] = {**item, "content": [to_text(part) for part in item["content"]]}
 
 
 def replace_text(content: str | list[dict], text: str) -> str | list[dict]:
@@ -133,5 +175,10 @@ def _validate_content(content: object) -> None:
                 raise ChatItemError("an input_audio part needs a base64 string 'audio'")
             if part.get("transcript") is not None and not isinstance(part["transcript"], str):
                 raise ChatItemError("an input_audio 'transcript' must be a string or None")
+        elif kind == "input_image":
+            if not isinstance(part.get("image_url"), str):
+                raise ChatItemError("an input_image part needs a data URL string 'image_url'")
+            if part.get("detail", "auto") not in _DETAILS:
+                raise ChatItemError(f"an input_image 'detail' must be one of {_DETAILS}")
         else:
             raise ChatItemError(f"unknown content part type {kind!r}")

@@ -24,7 +24,8 @@ class LocalLLMHandler(BaseLLMHandler):
     and passed to :meth:`stream`. Tools are described in the system prompt; the
     model writes ``<code>name(arg="value")</code>`` blocks, which are parsed
     (never evaluated) into :class:`ToolCall` events, while the text around them
-    is streamed as usual.
+    is streamed as usual. A backend that sets ``accepts_images`` gets a user message with an image
+    as Chat Completions parts (``{"type": "text"}``, ``{"type": "image_url"}``), others as text.
     """
 
     native_tools = False
@@ -36,7 +37,7 @@ class LocalLLMHandler(BaseLLMHandler):
         raise NotImplementedError
 
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
-        messages = clean_messages_for_local_model(plain_chat_messages(request.chat_messages()))
+        messages = clean_messages_for_local_model(plain_chat_messages(request.chat_messages(self.accepts_images)))
         deltas = self.stream(messages, should_stop, request.max_output_tokens)
         tools = request.tools if request.tool_choice != "none" else []
         reply: list[str] = []

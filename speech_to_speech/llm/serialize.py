@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from speech_to_speech.llm.items import AUDIO_PLACEHOLDER, Item
+from speech_to_speech.llm.items import AUDIO_PLACEHOLDER, IMAGE_PLACEHOLDER, Item
 from speech_to_speech.llm.prompts import clean_messages_for_local_model
 from speech_to_speech.llm.tools.prompt import CODE_CLOSE, CODE_OPEN
 
@@ -22,7 +22,26 @@ from speech_to_speech.llm.tools.prompt import CODE_CLOSE, CODE_OPEN
 def _part_text(part: dict) -> str:
     if part.get("type") == "input_audio":
         return part.get("transcript") or AUDIO_PLACEHOLDER
+    if part.get("type") == "input_image":
+        return IMAGE_PLACEHOLDER
     return part.get("text", "")
+
+
+def _has_image(content: str | list[dict]) -> bool:
+    return isinstance(content, list) and any(part.get("type") == "input_image" for part in content)
+
+
+def _chat_parts(content: list[dict]) -> list[dict]:
+    """A message's parts as Chat Completions content parts: ``{"type": "text", "text"}`` and
+    ``{"type": "image_url", "image_url": {"url", "detail"}}``, in order."""
+    parts = []
+    for part in content:
+        if part.get("type") == "input_image":
+            image = {"url": part["image_url"], "detail": part.get("detail", "auto")}
+            parts.append({"type": "image_url", "image_url": image})
+        elif text := _part_text(part):
+            parts.append({"type": "text", "text": text})
+    return parts
 
 
 def _flatten_content(content: str | list[dict]) -> str:
@@ -44,12 +63,16 @@ def _answered_items(items: Iterable[Item]) -> list[Item]:
     ]
 
 
-def to_chat_messages(system_prompt: str, items: list[dict], *, drop_unanswered: bool = True) -> list[dict]:
+def to_chat_messages(
+    system_prompt: str, items: list[dict], *, drop_unanswered: bool = True, images: bool = False
+) -> list[dict]:
     """Serialise history items as OpenAI Chat Completions messages.
 
     - The system prompt comes first, if non-empty.
     - A message becomes ``{"role", "content": str}``; parts are joined with newlines, an audio part
-      standing as its transcript (or :data:`AUDIO_PLACEHOLDER`).
+      standing as its transcript (or :data:`AUDIO_PLACEHOLDER`), an image part as
+      :data:`IMAGE_PLACEHOLDER`; with ``images``, a message with an image keeps its parts instead:
+      ``"content": [{"type": "text", "text"}, {"type": "image_url", "image_url": {"url", "detail"}}, ...]``.
     - Function calls become ``{"role": "assistant", "content": None, "tool_calls": [{"id": call_id,
       "type": "function", "function": {"name", "arguments"}}]}``; consecutive calls share one
       assistant message, which is also the directly preceding assistant text message if there is one;
@@ -62,6 +85,7 @@ def to_chat_messages(system_prompt: str, items: list[dict], *, drop_unanswered: 
         items: history items, e.g. :meth:`Chat.items`.
         drop_unanswered: leave out calls without an output and outputs without a call (providers reject
             both); if False, they are serialised where they stand.
+        images: send image parts (for a model that sees); False stands each one as text.
 
     Returns:
         New message dicts.
@@ -113,17 +137,20 @@ def to_chat_messages(system_prompt: str, items: list[dict], *, drop_unanswered: 
                 emitted_outputs.add(item["call_id"])
                 messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
         elif kind == "message":
-            messages.append({"role": item["role"], "content": _flatten_content(item["content"])})
+            content = item["content"]
+            content = _chat_parts(content) if images and _has_image(content) else _flatten_content(content)
+            messages.append({"role": item["role"], "content": content})
     close_group()
     return messages
 
 
-def to_responses_input(items: list[dict], *, drop_unanswered: bool = True) -> list[dict]:
+def to_responses_input(items: list[dict], *, drop_unanswered: bool = True, images: bool = True) -> list[dict]:
     """Serialise history items as OpenAI Responses API ``input`` items.
 
     - A message becomes ``{"type": "message", "role", "content": [{"type", "text"}, ...]}`` with
       ``output_text`` parts for the assistant and ``input_text`` parts otherwise; an audio part stands
-      as its transcript (or :data:`AUDIO_PLACEHOLDER`).
+      as its transcript (or :data:`AUDIO_PLACEHOLDER`); an image part is
+      ``{"type": "input_image", "image_url", "detail"}`` (with ``images``; else :data:`IMAGE_PLACEHOLDER`).
     - ``{"type": "function_call", "call_id", "name", "arguments"}`` and
       ``{"type": "function_call_output", "call_id", "output"}``; our ``"id"`` is not sent.
 
@@ -131,6 +158,7 @@ def to_responses_input(items: list[dict], *, drop_unanswered: bool = True) -> li
         items: history items, e.g. :meth:`Chat.items`.
         drop_unanswered: leave out calls without an output and outputs without a call (the API
             rejects both).
+        images: send image parts (for a model that sees); False stands each one as text.
 
     Returns:
         New input item dicts, in history order.
@@ -143,12 +171,17 @@ def to_responses_input(items: list[dict], *, drop_unanswered: bool = True) -> li
         if kind == "message":
             part_type = "output_text" if item["role"] == "assistant" else "input_text"
             content = item["content"]
-            texts = [content] if isinstance(content, str) else [_part_text(part) for part in content]
+            parts = [content] if isinstance(content, str) else content
             result.append(
                 {
                     "type": "message",
                     "role": item["role"],
-                    "content": [{"type": part_type, "text": text} for text in texts],
+                    "content": [
+                        {"type": "input_image", "image_url": part["image_url"], "detail": part.get("detail", "auto")}
+                        if images and isinstance(part, dict) and part.get("type") == "input_image"
+                        else {"type": part_type, "text": part if isinstance(part, str) else _part_text(part)}
+                        for part in parts
+                    ],
                 }
             )
         elif kind == "function_call":

@@ -186,6 +186,10 @@ class BaseLLMHandler(BaseHandler):
     #: False when tools are described in the system prompt (local models)
     native_tools = True
 
+    #: True when the model reads images (``input_image`` parts); a session refuses images for one
+    #: that does not (see docs/images.md)
+    accepts_images = False
+
     #: True when the model follows the compact voice prompt better than the full one (small
     #: models; see :func:`~speech_to_speech.llm.prompts.build_voice_system_prompt`)
     compact_voice_prompt = False
@@ -505,6 +509,7 @@ class BaseLLMHandler(BaseHandler):
         self.chat.finalize_provisional_generation(key)
         self.chat.trim_if_needed()
         self.chat.compact_audio_history(self.config.audio_history_turns)
+        self.chat.compact_image_history(self.config.image_history_turns)
 
     # -- speculative follow-up (tool results) -----------------------------------------------
     def _all_calls_answered(self) -> bool:

@@ -114,6 +114,7 @@ LIMITS: dict[str, Limit] = {
     "history_turns": _AT_LEAST_ONE,
     "stream_batch_sentences": _AT_LEAST_ONE,
     "audio_history_turns": _NON_NEGATIVE,
+    "image_history_turns": _NON_NEGATIVE,
     "llm_threads": _NON_NEGATIVE,  # 0: automatic
     "llm_context": Limit(512),  # tokens: the system prompt, history and reply must fit
     "request_timeout_s": _POSITIVE,
@@ -328,6 +329,7 @@ _HELP = {
     ),
     "stream_words": "feed TTS word by word (engines that take streaming text), true/false",
     "audio_history_turns": "user turns whose audio stays in history (older audio is replaced by text)",
+    "image_history_turns": "user turns whose images stay in history (older images become a text placeholder)",
     "compact_history": "summarise old turns in the background instead of dropping them (true/false)",
     "model_name": "model id at the OpenAI-compatible endpoint",
     "responses_api_base_url": "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (empty: OpenAI)",

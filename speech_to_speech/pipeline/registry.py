@@ -119,6 +119,15 @@ register(
 )
 register(
     Backend(
+        "transformers-vlm",
+        "llm",
+        LLMConfig,
+        "handlers.llm.transformers_vlm:TransformersVLMHandler",
+        summary="a vision-language model with transformers: sees images (default SmolVLM-256M-Instruct, from the hub)",
+    )
+)
+register(
+    Backend(
         "mlx-lm",
         "llm",
         LLMConfig,

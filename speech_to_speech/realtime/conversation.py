@@ -15,9 +15,11 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from speech_to_speech.llm.images import ImageError, ImageInfo, check_image
 from speech_to_speech.realtime.protocol import ProtocolError
 
 #: where a protocol item's history entry is: ("chat", chat item id), ("user_turn", turn id),
@@ -79,6 +81,11 @@ class Conversation:
         with self._lock:
             entry = self._items.get(item_id)
             return None if entry is None else copy.deepcopy(entry.item)
+
+    def items(self) -> list[dict[str, Any]]:
+        """Copies of the items, in order."""
+        with self._lock:
+            return [copy.deepcopy(entry.item) for entry in self._items.values()]
 
     def ref(self, item_id: str) -> Ref | None:
         with self._lock:
@@ -143,15 +150,19 @@ class Conversation:
             )
 
 
-def to_history(item: dict[str, Any]) -> dict[str, Any]:
+def to_history(item: dict[str, Any], check: Callable[[str], ImageInfo] = check_image) -> dict[str, Any]:
     """A client's protocol item (``conversation.item.create``) as a history item, with the same id.
 
-    Messages keep their text (a user's ``input_audio`` part its transcript); function calls and
-    outputs keep their fields.
+    Messages keep their text (a user's ``input_audio`` part its transcript) as one string; a user
+    message with an ``input_image`` part keeps its parts in order instead (text as ``input_text``,
+    each image as ``{"type": "input_image", "image_url", "detail"}`` once
+    :func:`~speech_to_speech.llm.images.check_image` accepts it). Function calls and outputs keep
+    their fields. ``check`` checks an image's data URL (raising :class:`ImageError`).
 
     Raises:
-        ProtocolError: content the server cannot read (images, audio without a transcript), a
-            part of the wrong kind for the role, a message without text, or an MCP item.
+        ProtocolError: content the server cannot read (audio without a transcript), a bad image
+            (``invalid_image``, naming the problem), a part of the wrong kind for the role, an empty
+            message, or an MCP item.
     """
     kind = item.get("type")
     if kind == "function_call":
@@ -165,11 +176,11 @@ def to_history(item: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("unsupported_item_type", f"items of type {kind!r} are not supported", param="item.type")
     role = item["role"]
     readable = {
-        "user": ("input_text", "input_audio"),
+        "user": ("input_text", "input_audio", "input_image"),
         "system": ("input_text",),
         "assistant": ("output_text", "output_audio"),
     }
-    texts = []
+    parts: list[dict[str, Any]] = []
     for index, part in enumerate(item.get("content") or []):
         param = f"item.content.{index}"
         ptype = part.get("type") or readable[role][0]
@@ -177,11 +188,30 @@ def to_history(item: dict[str, Any]) -> dict[str, Any]:
             raise ProtocolError(
                 "unsupported_content", f"{role} content of type {ptype!r} is not supported", param=param
             )
+        if ptype == "input_image":
+            parts.append(_image_part(part, param, check))
+            continue
         text = part.get("text") if ptype.endswith("_text") else part.get("transcript")
         if not isinstance(text, str):
             what = "text" if ptype.endswith("_text") else "a transcript (audio is not read)"
             raise ProtocolError("invalid_value", f"{ptype} content needs {what}", param=param)
-        texts.append(text)
-    if not texts:
+        parts.append({"type": "input_text", "text": text})
+    if not parts:
         raise ProtocolError("invalid_value", "'content' must be a non-empty list", param="item.content")
-    return {"id": item["id"], "type": "message", "role": role, "content": "\n".join(texts)}
+    if any(part["type"] == "input_image" for part in parts):
+        content: str | list[dict[str, Any]] = parts
+    else:
+        content = "\n".join(part["text"] for part in parts)
+    return {"id": item["id"], "type": "message", "role": role, "content": content}
+
+
+def _image_part(part: dict[str, Any], param: str, check: Callable[[str], ImageInfo]) -> dict[str, Any]:
+    """A protocol ``input_image`` part as a history part, after checking the image."""
+    url = part.get("image_url")
+    if not isinstance(url, str):
+        raise ProtocolError("invalid_image", "an input_image part needs an 'image_url' data URL", param=param)
+    try:
+        check(url)
+    except ImageError as exc:
+        raise ProtocolError("invalid_image", f"{param}: {exc}", param=f"{param}.image_url") from None
+    return {"type": "input_image", "image_url": url, "detail": part.get("detail") or "auto"}

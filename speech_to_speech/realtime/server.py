@@ -177,6 +177,9 @@ class RealtimeServer:
             for message in first or []:
                 session.handle(message)
             async for message in transport.messages():
+                if isinstance(message, str) and '"input_image"' in message:
+                    # decoding an image takes up to a few hundred ms: not on the loop other sessions share
+                    await loop.run_in_executor(None, session.images.check_ahead, message)
                 session.handle(message)
         except RuntimeError as exc:  # a stage could not start
             logger.error("session %s failed to start: %s", session.id, exc)

@@ -58,6 +58,7 @@ from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, STTSettings, VADSettings
 from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
+from speech_to_speech.realtime.image_items import ImageChecks, image_indices, refuse_images
 from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.realtime.protocol import (
     ProtocolError,
@@ -122,6 +123,7 @@ class RealtimeSession:
         self.config = SessionConfig.from_args(args)
         self.conversation = Conversation()
         self._resamplers: dict[int, soxr.ResampleStream] = {}  # input rate → its stream to SAMPLE_RATE
+        self.images = ImageChecks()  # the next message's images, checked ahead off the loop
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
         self._offset = 0
@@ -321,7 +323,12 @@ class RealtimeSession:
             raise ProtocolError(
                 "item_create_duplicate_item_id", f"an item {item['id']!r} already exists", param="item.id"
             )
-        history = to_history(item)
+        if image_indices(item) and not self.llm.accepts_images:
+            item, refusal = refuse_images(item, self.args.llm_backend, event.event_id)
+            self.emit(protocol_error_event(refusal))
+            if item is None:
+                return
+        history = to_history(item, self.images)
         kind = item["type"]
         if kind == "function_call" and self.conversation.find_call(item["call_id"]) is not None:
             raise ProtocolError("invalid_value", f"a function_call {item['call_id']!r} exists", param="item.call_id")

@@ -10,6 +10,10 @@
 // them out (its delay is read from getStats), so text never runs ahead of the voice.
 // Voice-to-voice latency per turn: the end of the user's voice at the microphone (the last loud
 // frame before the server's speech_stopped) to the first audible frame of the reply.
+//
+// Images: "Attach image" (the camera on a phone) sends the picture at once as a user item,
+// conversation.item.create with an input_image part; the next question is about it. The picture is
+// first shrunk to a JPEG that fits one data channel message (see IMAGE_MAX_CHARS).
 "use strict";
 
 const CALLS_PATH = "/v1/realtime/calls";
@@ -17,12 +21,21 @@ const MIC_VOICE_RMS = 0.02; // about -34 dBFS: louder frames at the microphone c
 const OUT_VOICE_RMS = 0.01; // the assistant's audio is audible above this
 const DEFAULT_PLAYOUT_MS = 80; // before getStats has measured the jitter buffer
 const ICE_GATHER_TIMEOUT_MS = 2000;
+// the longest side of a sent image, px: vision models work on smaller tiles (SmolVLM 512 px; OpenAI's
+// high detail scales to 768 px on the short side), so more only costs bytes
+const IMAGE_MAX_SIDE = 1024;
+// the longest data URL sent, characters: one data channel message holds at most 256 KiB (the
+// max-message-size of aiortc and of Chromium), and the server echoes the item back in one message
+const IMAGE_MAX_CHARS = 200000;
+const IMAGE_QUALITIES = [0.85, 0.7, 0.55]; // JPEG qualities tried at each size, best first
 
 const $ = (id) => document.getElementById(id);
 const ui = {
   key: $("api-key"),
   connect: $("connect"),
   disconnect: $("disconnect"),
+  attach: $("attach"),
+  imageFile: $("image-file"),
   message: $("message"),
   who: $("who"),
   whoText: $("who-text"),
@@ -55,6 +68,7 @@ const state = {
   current: null, // the response whose audio is playing or about to
   events: [], // types received, in order
   errors: [],
+  images: [], // {eventId, el, width, height, chars, refused}: the images sent, in order
   whoLog: [], // the speaking indicator's states, in order
   timers: [],
 };
@@ -271,6 +285,8 @@ function onEvent(message) {
     }
     case "error": {
       const err = e.error || {};
+      const image = state.images.find((i) => err.event_id && i.eventId === err.event_id);
+      if (image) refuseImage(image, err);
       say(`Server error${err.code ? ` (${err.code})` : ""}: ${err.message || "unknown"}`, "error");
       break;
     }
@@ -286,6 +302,64 @@ function markAudible(r, at) {
   r.firstAudioAt = at;
   showLatency(r);
   refreshWho();
+}
+
+// -- images ---------------------------------------------------------------------------------------
+async function shrinkImage(file) {
+  // a JPEG data URL of at most IMAGE_MAX_CHARS: scaled to IMAGE_MAX_SIDE, then smaller until it fits
+  const bitmap = await createImageBitmap(file); // decodes PNG, JPEG, WebP, GIF, HEIC where supported
+  let scale = Math.min(1, IMAGE_MAX_SIDE / Math.max(bitmap.width, bitmap.height));
+  for (let attempt = 0; attempt < 8; attempt++) {
+    const canvas = document.createElement("canvas");
+    canvas.width = Math.max(1, Math.round(bitmap.width * scale));
+    canvas.height = Math.max(1, Math.round(bitmap.height * scale));
+    canvas.getContext("2d").drawImage(bitmap, 0, 0, canvas.width, canvas.height);
+    for (const quality of IMAGE_QUALITIES) {
+      const url = canvas.toDataURL("image/jpeg", quality);
+      if (url.length <= IMAGE_MAX_CHARS) {
+        bitmap.close();
+        return { url, width: canvas.width, height: canvas.height };
+      }
+    }
+    scale *= 0.7;
+  }
+  bitmap.close();
+  throw new Error("it cannot be made small enough to send");
+}
+
+async function attachImage(file) {
+  if (!file) return;
+  if (!state.channel || state.channel.readyState !== "open") {
+    say("Connect first, then attach an image.", "warn");
+    return;
+  }
+  let image;
+  try {
+    image = await shrinkImage(file);
+  } catch (err) {
+    say(`That image cannot be sent: ${err.message || "the browser cannot read it"}.`, "error");
+    return;
+  }
+  const eventId = `evt_image_${Date.now()}_${state.images.length}`;
+  const part = { type: "input_image", image_url: image.url, detail: "auto" };
+  const item = { type: "message", role: "user", content: [part] };
+  state.channel.send(JSON.stringify({ type: "conversation.item.create", event_id: eventId, item }));
+  const el = bubble("user image", "you");
+  const img = document.createElement("img");
+  img.src = image.url;
+  img.alt = "the image you attached";
+  el.querySelector(".text").appendChild(img);
+  state.images.push({ eventId, el, width: image.width, height: image.height, chars: image.url.length, refused: null });
+  say("Image sent: ask about it.", "ok");
+}
+
+function refuseImage(image, err) {
+  image.refused = err.message || "refused";
+  image.el.classList.add("refused");
+  const note = document.createElement("span");
+  note.className = "note";
+  note.textContent = "not seen";
+  image.el.querySelector(".role").appendChild(note);
 }
 
 // -- audio levels: who is speaking, when the voice ends and when the reply is heard ----------------
@@ -430,6 +504,7 @@ async function connect() {
     channel.onopen = () => {
       state.connected = true;
       ui.disconnect.disabled = false;
+      ui.attach.disabled = false;
       refreshWho();
     };
     channel.onclose = () => {
@@ -488,6 +563,7 @@ function teardown() {
   ui.micLevel.style.width = ui.outLevel.style.width = "0";
   ui.connect.disabled = false;
   ui.disconnect.disabled = true;
+  ui.attach.disabled = true;
   refreshWho();
 }
 
@@ -504,5 +580,11 @@ async function disconnect() {
 ui.key.value = sessionStorage.getItem("s2s-api-key") || "";
 ui.connect.addEventListener("click", connect);
 ui.disconnect.addEventListener("click", disconnect);
+ui.attach.addEventListener("click", () => ui.imageFile.click());
+ui.imageFile.addEventListener("change", () => {
+  const file = ui.imageFile.files[0];
+  ui.imageFile.value = ""; // the same photo can be chosen again
+  attachImage(file);
+});
 window.addEventListener("pagehide", () => state.pc && disconnect());
 refreshWho();

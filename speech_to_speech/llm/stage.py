@@ -588,10 +588,8 @@ class BaseLLMHandler(BaseHandler):
     # -- history compaction -------------------------------------------------------------
     def _compact(self, items: list[dict[str, Any]]) -> tuple[str, str]:
         """Summarise ``items`` with this backend (runs in the Chat's compaction thread)."""
-        lines = []
-        for message in to_chat_messages("", items):
-            content = message.get("content") or json.dumps(message.get("tool_calls", ""))
-            lines.append(f"{message['role']}: {content}")
+        messages = to_chat_messages("", items)
+        lines = [f"{m['role']}: {m.get('content') or json.dumps(m.get('tool_calls', ''))}" for m in messages]
         request = LLMRequest(
             system_prompt="You summarise conversations. Reply with a short factual summary, no preamble.",
             items=[{"type": "message", "role": "user", "content": "Summarise this conversation:\n" + "\n".join(lines)}],

@@ -60,6 +60,20 @@ def new_stage(cls: type[T], **kwargs: Any) -> T:
     return cls(stop_event=threading.Event(), gate=Gate(), bus=EventBus(), **kwargs)
 
 
+def run_local(args: Any, bus: EventBus) -> Any:
+    """Build local mode's pipeline from parsed ``args``, run it to the end of its input file and
+    stop it; return it (its stages hold what the run left, e.g. the LLM's history)."""
+    from speech_to_speech.pipeline.builder import build_pipeline
+
+    pipeline = build_pipeline(args, bus)
+    pipeline.start()
+    try:
+        pipeline.wait()
+    finally:
+        pipeline.stop()
+    return pipeline
+
+
 def run_pipeline(*flags: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run ``s2s_pipeline.py`` with ``flags`` from the repository root; the finished process."""
     return subprocess.run(

@@ -27,8 +27,8 @@ from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
 from handlers.llm.partial_prefill import PartialPrefill
 from speech_to_speech.core.events import AssistantText, Event, EventBus, UserTranscript, UserTranscriptDelta
 from speech_to_speech.llm.serialize import template_messages, to_chat_messages
-from speech_to_speech.pipeline.builder import build_pipeline
 from speech_to_speech.pipeline.cli import parse_args
+from tests.helpers import run_local
 from tests.speech_utils import librivox_clips
 
 pytestmark = pytest.mark.models
@@ -97,12 +97,7 @@ def run_conversation(tmp: Path, *flags: str) -> dict[str, Any]:
     bus = EventBus()
     events: list[Event] = []
     bus.subscribe(events.append)
-    pipeline = build_pipeline(args, bus)
-    pipeline.start()
-    try:
-        pipeline.wait()
-    finally:
-        pipeline.stop()
+    pipeline = run_local(args, bus)
     llm = next(stage for stage in pipeline.stages if isinstance(stage, LlamaCppLLMHandler))
     return {"llm": llm, "events": events}
 

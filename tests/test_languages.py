@@ -31,7 +31,7 @@ from speech_to_speech.speech.tts import TTSConfig, parse_voices
 from speech_to_speech.turns.stt import STTConfig
 from tests import fakes
 from tests.fakes import FakeTTS, Script
-from tests.helpers import REPO_ROOT, new_stage
+from tests.helpers import REPO_ROOT, new_stage, run_local
 from tests.speech_utils import word_error_rate
 
 #: the questions, by language, as espeak-ng speaks them (chosen among 12 that Whisper base
@@ -334,7 +334,6 @@ def four_languages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One spoken conversation, French, German, Spanish, then English, through the whole pipeline
     (file mode, real time): its events, the reply audio of each turn and the question offsets."""
     from speech_to_speech.core.events import Event
-    from speech_to_speech.pipeline.builder import build_pipeline
 
     tmp = tmp_path_factory.mktemp("languages")
     rate, gap_s = 16_000, 9.0  # each reply is spoken before the next question
@@ -351,12 +350,7 @@ def four_languages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     events: list[Event] = []
     bus.subscribe(events.append)
     MetricsCollector(bus)  # per-turn metrics, with the voice that spoke, as the console gets them
-    pipeline = build_pipeline(args, bus)
-    pipeline.start()
-    try:
-        pipeline.wait()
-    finally:
-        pipeline.stop()
+    run_local(args, bus)
     out, out_rate = sf.read(str(tmp / "out.wav"), dtype="float32")
     assert out_rate == rate
     bounds = [*starts, len(out)]

@@ -47,6 +47,10 @@ class _TurnTimes:
     first_audio: float | None = None
 
 
+#: the events :class:`MetricsCollector` times a turn by
+_TIMED = (SpeechStopped, ReplyResumed, UserTranscript, ResponseStarted, FirstToken, FirstAudio, ResponseDone)
+
+
 class MetricsCollector:
     """Turns timing events into one :class:`TurnMetrics` per finished response.
 
@@ -64,6 +68,8 @@ class MetricsCollector:
 
     def on_event(self, event: Event) -> None:
         """Record ``event``; on :class:`ResponseDone` publish the turn's metrics."""
+        if not isinstance(event, _TIMED):
+            return  # (its own TurnMetrics, among others: no empty times left behind for a finished turn)
         with self._lock:
             times = self._times.setdefault(event.turn_id, _TurnTimes())
             if isinstance(event, SpeechStopped):

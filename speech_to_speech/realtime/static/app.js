@@ -395,16 +395,18 @@ async function useMicrophone(stream) {
 // The data channel is open: only now is the microphone asked for, and its audio sent.
 async function goLive() {
   say("Connected. Opening the microphone…");
+  const pc = state.pc;
   let stream;
   try {
     stream = await microphone(ui.micSelect.value);
   } catch (err) {
+    if (state.pc !== pc) return; // hung up meanwhile
     const why = micProblem(err);
     await disconnect();
     say(why, "error");
     return;
   }
-  if (!state.pc || state.closing) {
+  if (state.pc !== pc || state.closing) {
     stream.getTracks().forEach((t) => t.stop()); // hung up meanwhile
     return;
   }
@@ -454,16 +456,18 @@ async function connect() {
       state.outAnalyser = state.audioCtx.createAnalyser();
       state.audioCtx.createMediaStreamSource(stream).connect(state.outAnalyser);
     };
+    const current = () => state.pc === pc && !state.closing; // events of an earlier call are ignored
     pc.onconnectionstatechange = () => {
-      if (state.closing) return;
+      if (!current()) return;
       if (pc.connectionState === "failed") lost("the WebRTC connection failed");
       else if (pc.connectionState === "disconnected") say("The connection is interrupted; trying to recover…", "warn");
       else if (pc.connectionState === "connected" && state.live) say("Connected.", "ok");
     };
     const channel = pc.createDataChannel("oai-events");
     state.channel = channel;
-    channel.onmessage = onEvent;
+    channel.onmessage = (message) => current() && onEvent(message);
     channel.onopen = () => {
+      if (!current()) return;
       state.connected = true;
       mark("channelOpenAt");
       ui.disconnect.disabled = false;
@@ -471,7 +475,7 @@ async function connect() {
       goLive();
     };
     channel.onclose = () => {
-      if (!state.closing) lost("the server closed the connection");
+      if (current()) lost("the server closed the connection");
     };
 
     await pc.setLocalDescription(await pc.createOffer());
@@ -486,6 +490,7 @@ async function connect() {
     } catch (err) {
       throw new Error(`cannot reach the server (${err.message})`);
     }
+    if (state.pc !== pc) return; // hung up while the offer was out
     if (response.status !== 201) {
       const why = await callProblem(response, Boolean(state.key));
       teardown();

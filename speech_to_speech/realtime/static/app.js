@@ -10,8 +10,10 @@
 // the data channel is open, and its track is put on the transceiver then. Nothing is captured
 // before the call is up, so no opening words are lost; the page says "connecting…" until then.
 //
-// Modules: controls.js (mute, devices, text box, new conversation), eventlog.js (the debug panel
-// of the data channel's events), latency.js (the server's per-turn latency breakdown).
+// Modules: call.js (ICE wait, what to say when the call or the microphone fails), controls.js
+// (mute, devices, text box, new conversation), eventlog.js (the debug panel of the data channel's
+// events), latency.js (the server's per-turn latency breakdown), meters.js (audio levels).
+//
 // Timing: the server sends each response.output_audio_transcript.delta when the audio that speaks
 // those words leaves it; the page shows the words once the receiver's jitter buffer has played
 // them out (its delay is read from getStats), so text never runs ahead of the voice.

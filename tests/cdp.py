@@ -174,9 +174,9 @@ class Chromium:
                 raise TimeoutError(f"never {what or expression} within {timeout_s:g} s")
             await asyncio.sleep(0.05)
 
-    async def screenshot(self, path: Path) -> Path:
-        """Save a PNG of the whole page at ``path``."""
-        result = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    async def screenshot(self, path: Path, full_page: bool = True) -> Path:
+        """Save a PNG of the whole page (``full_page``) or of what the viewport shows at ``path``."""
+        result = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=full_page)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(result["data"]))
         return path

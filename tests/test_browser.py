@@ -268,6 +268,7 @@ def test_the_page_explains_what_went_wrong(
         denied = await Chromium(binary, artifacts / "profile-denied", fake_microphone(None, deny=True)).start()
         try:
             await denied.open(url)
+            await denied.evaluate(f"document.getElementById('api-key').value = {API_KEY!r}")  # asked before the mic
             await denied.evaluate("document.getElementById('connect').click()")
             out["denied"] = await denied.wait_for(f"s2s.errors.length && {message}", WAIT_S, "an error shown")
         finally:

@@ -156,6 +156,12 @@ def test_page_and_http_routes(server: InProcessServer) -> None:
     assert b"oai-events" in body and b"echoCancellation: true" in body
     status, headers, _ = http("GET", base + "/style.css")
     assert status == 200 and headers["Content-Type"].startswith("text/css")
+    app_js = http("GET", base + "/app.js")[2]
+    for module in ("call.js", "controls.js", "eventlog.js", "latency.js", "meters.js"):  # the ES modules it imports
+        assert f'"./{module}"'.encode() in app_js and http("GET", f"{base}/{module}")[0] == 200, module
+    status, headers, body = http("GET", base + "/favicon.svg")
+    assert status == 200 and headers["Content-Type"] == "image/svg+xml" and b"<svg" in body
+    assert http("GET", base + "/.hidden.js")[0] == 404 and http("GET", base + "/static/app.js")[0] == 404
     assert http("GET", base + "/nothing-here")[0] == 404
 
     calls = base + "/v1/realtime/calls"

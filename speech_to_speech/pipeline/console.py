@@ -48,6 +48,10 @@ class _TurnTimes:
     voice: str | None = None
 
 
+#: the events :class:`MetricsCollector` times a turn by
+_TIMED = (SpeechStopped, ReplyResumed, UserTranscript, ResponseStarted, FirstToken, FirstAudio, ResponseDone)
+
+
 class MetricsCollector:
     """Turns timing events into one :class:`TurnMetrics` per finished response.
 
@@ -55,8 +59,9 @@ class MetricsCollector:
     got no response (a backchannel during a reply, :class:`ReplyResumed`) is forgotten.
     """
 
-    def __init__(self, bus: EventBus) -> None:
+    def __init__(self, bus: EventBus, keep_last: int | None = None) -> None:
         self.bus = bus
+        self.keep_last = keep_last
         self.turns: list[TurnMetrics] = []
         self._times: dict[int, _TurnTimes] = {}
         self._lock = threading.Lock()
@@ -64,6 +69,8 @@ class MetricsCollector:
 
     def on_event(self, event: Event) -> None:
         """Record ``event``; on :class:`ResponseDone` publish the turn's metrics."""
+        if not isinstance(event, _TIMED):
+            return  # (its own TurnMetrics, among others: no empty times left behind for a finished turn)
         with self._lock:
             times = self._times.setdefault(event.turn_id, _TurnTimes())
             if isinstance(event, SpeechStopped):
@@ -86,10 +93,20 @@ class MetricsCollector:
             elif isinstance(event, ResponseDone):
                 metrics = self._metrics(event.turn_id, self._times.pop(event.turn_id))
                 self.turns.append(metrics)
+                if self.keep_last is not None:
+                    del self.turns[: -self.keep_last or None]
             else:
                 return
         if isinstance(event, ResponseDone):
             self.bus.publish(metrics)
+
+    def metrics_of(self, turn_id: int) -> TurnMetrics | None:
+        """Turn ``turn_id``'s latencies so far (while its response plays) or when it finished; None if unknown."""
+        with self._lock:
+            times = self._times.get(turn_id)
+            if times is not None:
+                return self._metrics(turn_id, times)
+            return next((m for m in reversed(self.turns) if m.turn_id == turn_id), None)
 
     @staticmethod
     def _metrics(turn_id: int, t: _TurnTimes) -> TurnMetrics:
@@ -106,6 +123,31 @@ class MetricsCollector:
             endpoint_by=t.endpoint_by,
             voice=t.voice,
         )
+
+
+#: :func:`latency_metadata`'s keys → the :class:`TurnMetrics` field each carries
+LATENCY_KEYS = {
+    "s2s_endpoint_ms": "endpoint_delay_ms",
+    "s2s_stt_ms": "stt_ms",
+    "s2s_ttft_ms": "ttft_ms",
+    "s2s_ttfa_ms": "ttfa_ms",
+    "s2s_voice_to_voice_ms": "voice_to_voice_ms",
+}
+
+
+def latency_metadata(metrics: TurnMetrics | None) -> dict[str, str]:
+    """A turn's latencies as string metadata (``response.done``'s ``response.metadata``).
+
+    Whole milliseconds under :data:`LATENCY_KEYS` (a stage that did not run is left out, e.g. STT
+    for a typed turn) and ``s2s_endpoint_by``, what ended the user's turn.
+    """
+    if metrics is None:
+        return {}
+    values = {key: getattr(metrics, name) for key, name in LATENCY_KEYS.items()}
+    out = {key: str(round(value)) for key, value in values.items() if value is not None}
+    if metrics.endpoint_by:
+        out["s2s_endpoint_by"] = metrics.endpoint_by
+    return out
 
 
 def _fmt(value: float | None) -> str:

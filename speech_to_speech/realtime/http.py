@@ -12,7 +12,8 @@ Every other connection is ``websockets``' own from the first byte. No second web
 
 Routes (:class:`HTTPRoutes`):
 
-- ``GET /`` (and its two assets): the page; no API key needed (the page asks for it).
+- ``GET /`` (and its assets, the files of ``static/``: ES modules, style sheet, icon): the page;
+  no API key needed (the page asks for it).
 - ``POST /v1/realtime/calls``: body = SDP offer (``Content-Type: application/sdp``, or the
   ``multipart/form-data`` with ``sdp`` and an optional ``session`` part that the ``openai`` SDK's
   ``realtime.calls.create`` sends); ``Authorization: Bearer KEY`` when the server has ``--api_key``.
@@ -46,12 +47,12 @@ logger = logging.getLogger(__name__)
 
 #: the WebRTC endpoint: POST an SDP offer here
 CALLS_PATH = "/v1/realtime/calls"
-#: the page's files: URL path → (file in ``static/``, content type)
-PAGE_FILES = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/index.html": ("index.html", "text/html; charset=utf-8"),
-    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/style.css": ("style.css", "text/css; charset=utf-8"),
+#: the page's files by URL path: ``/`` and every file of ``static/`` at ``/NAME`` whose suffix is here
+PAGE_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
 }
 #: largest request head read here, bytes
 MAX_HEAD_BYTES = 16 * 1024
@@ -179,6 +180,21 @@ def page_file(name: str) -> bytes:
     return resources.files("speech_to_speech.realtime").joinpath("static", name).read_bytes()
 
 
+def page_route(path: str) -> tuple[str, str] | None:
+    """The file of ``static/`` (and its content type) served at URL ``path``, or None.
+
+    ``/`` is ``index.html``; ``/NAME`` is ``static/NAME`` when NAME is a plain file name (no folder)
+    with a suffix of :data:`PAGE_TYPES`.
+    """
+    name = "index.html" if path == "/" else path[1:]
+    suffix = "." + name.rpartition(".")[2]
+    if "/" in name or "\\" in name or name.startswith(".") or suffix not in PAGE_TYPES:
+        return None
+    if not resources.files("speech_to_speech.realtime").joinpath("static", name).is_file():
+        return None
+    return name, PAGE_TYPES[suffix]
+
+
 def is_websocket(request: Request) -> bool:
     """The request asks for a WebSocket upgrade."""
     return "websocket" in request.headers.get("Upgrade", "").lower()
@@ -265,8 +281,9 @@ class HTTPRoutes:
             status, why = error
             return error_response(status, "invalid_request", why)
         if method == "GET":
-            if path in PAGE_FILES and not is_websocket(request):
-                name, content_type = PAGE_FILES[path]
+            route = None if is_websocket(request) else page_route(path)
+            if route is not None:
+                name, content_type = route
                 return response(HTTPStatus.OK, page_file(name), content_type, {"Cache-Control": "no-cache"})
             return None
         cors = self.origins.cors(request) if self.origins is not None else {**CORS, "Access-Control-Allow-Origin": "*"}

@@ -80,6 +80,7 @@ class ResponseOutput:
         conversation: the session's conversation, which every output item joins.
         on_failed: called when a response fails (the session discards its prefetch).
         media: the transport's audio buffer (WebRTC), or None: audio goes out in events.
+        latency: a turn's latencies as metadata (added to ``response.done``'s ``response.metadata``).
     """
 
     def __init__(
@@ -89,8 +90,10 @@ class ResponseOutput:
         conversation: Conversation,
         on_failed: Callable[[], None],
         media: OutputAudioBuffer | None = None,
+        latency: Callable[[int], dict[str, str]] | None = None,
     ) -> None:
         self.emit = emit
+        self.latency = latency
         self.media = media
         self.rate = media.rate if media is not None else WIRE_RATE  # of the audio the sink hands over
         self.gate = gate
@@ -304,13 +307,20 @@ class ResponseOutput:
             "status_details": details,
             "output": copy.deepcopy(response.outputs),
             "output_modalities": response.modalities,
-            "metadata": response.metadata,
+            "metadata": self._done_metadata(response),
             "usage": usage,
         }
         self._send("response.done", response=body)
         if response.audio_sent and not response.audio_cleared:  # media transport: its audio has all left
             kind = "cleared" if status == "cancelled" else "stopped"
             self._send(f"output_audio_buffer.{kind}", response_id=response.id)
+
+    def _done_metadata(self, response: _Response) -> dict[str, str] | None:
+        """The request's metadata plus the turn's latencies (``s2s_*`` keys; the request's keys win)."""
+        measured = self.latency(response.turn_id) if self.latency is not None else {}
+        if not measured:
+            return response.metadata
+        return {**measured, **(response.metadata or {})}
 
     def _close_message(self, response: _Response, status: str) -> None:
         base = self._part_base(response)

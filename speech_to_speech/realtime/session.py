@@ -55,6 +55,7 @@ from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.cut import CutToHeard
 from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
+from speech_to_speech.pipeline.console import MetricsCollector, latency_metadata
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, STTSettings, VADSettings
 from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
@@ -144,7 +145,8 @@ class RealtimeSession:
 
         def make_sink(queue: StageQueue, shared: Shared) -> ClientSink:
             on_failed = lambda: self._discard_prefetch("response failed")  # noqa: E731
-            self.output = ResponseOutput(self.emit, shared.gate, self.conversation, on_failed, self.media)
+            latency = lambda turn_id: latency_metadata(self.metrics.metrics_of(turn_id))  # noqa: E731
+            self.output = ResponseOutput(self.emit, shared.gate, self.conversation, on_failed, self.media, latency)
             rate = self.media.rate if self.media is not None else WIRE_RATE  # the sink resamples the TTS once, to it
             name = f"{self.id}:sink"
             return ClientSink(input_queue=queue, target=self.output, sample_rate=rate, name=name, **shared.kwargs)
@@ -156,6 +158,7 @@ class RealtimeSession:
         # the stages have acted (a tool call is in history before the client hears of it).
         self.bus = EventBus()
         self.bus.subscribe(self._on_speech_event)
+        self.metrics = MetricsCollector(self.bus, keep_last=8)  # each response.done carries its turn's latencies
         ends = Ends(make_sink, source=None, queue_sizes=SESSION_QUEUE_SIZES, thread_prefix=self.id)
         self.pipeline = build(self.args, ends, SESSION, bus=self.bus)
         self.gate, self.stop_event = self.pipeline.gate, self.pipeline.stop_event

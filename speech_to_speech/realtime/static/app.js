@@ -5,37 +5,35 @@
 // the protocol's JSON events travel on the "oai-events" data channel. The SDP offer is POSTed to
 // /v1/realtime/calls (Authorization: Bearer KEY when a key is entered); the answer comes back.
 //
+// Order: the call is placed first, with an audio transceiver but no track (so a missing or wrong
+// key, or a full server, is known before the microphone is asked for); the microphone opens once
+// the data channel is open, and its track is put on the transceiver then. Nothing is captured
+// before the call is up, so no opening words are lost; the page says "connecting…" until then.
+//
+// Modules: call.js (ICE wait, what to say when the call or the microphone fails), controls.js
+// (mute, devices, text box, new conversation), eventlog.js (the debug panel of the data channel's
+// events), images.js ("Attach image"), latency.js (the server's per-turn latency breakdown),
+// meters.js (audio levels).
+//
 // Timing: the server sends each response.output_audio_transcript.delta when the audio that speaks
 // those words leaves it; the page shows the words once the receiver's jitter buffer has played
 // them out (its delay is read from getStats), so text never runs ahead of the voice.
 // Voice-to-voice latency per turn: the end of the user's voice at the microphone (the last loud
 // frame before the server's speech_stopped) to the first audible frame of the reply.
-//
-// Images: "Attach image" (the camera on a phone) sends the picture at once as a user item,
-// conversation.item.create with an input_image part; the next question is about it. The picture is
-// first shrunk to a JPEG that fits one data channel message (see IMAGE_MAX_CHARS).
-"use strict";
+import { callProblem, micProblem, waitForIce } from "./call.js";
+import { setupControls } from "./controls.js";
+import { createEventLog } from "./eventlog.js";
+import { setupImages } from "./images.js";
+import { showBreakdown } from "./latency.js";
+import { DEFAULT_PLAYOUT_MS, measurePlayout, startMeters } from "./meters.js";
 
 const CALLS_PATH = "/v1/realtime/calls";
-const MIC_VOICE_RMS = 0.02; // about -34 dBFS: louder frames at the microphone count as voice
-const OUT_VOICE_RMS = 0.01; // the assistant's audio is audible above this
-const DEFAULT_PLAYOUT_MS = 80; // before getStats has measured the jitter buffer
-const ICE_GATHER_TIMEOUT_MS = 2000;
-// the longest side of a sent image, px: vision models work on smaller tiles (SmolVLM 512 px; OpenAI's
-// high detail scales to 768 px on the short side), so more only costs bytes
-const IMAGE_MAX_SIDE = 1024;
-// the longest data URL sent, characters: one data channel message holds at most 256 KiB (the
-// max-message-size of aiortc and of Chromium), and the server echoes the item back in one message
-const IMAGE_MAX_CHARS = 200000;
-const IMAGE_QUALITIES = [0.85, 0.7, 0.55]; // JPEG qualities tried at each size, best first
 
 const $ = (id) => document.getElementById(id);
 const ui = {
   key: $("api-key"),
   connect: $("connect"),
   disconnect: $("disconnect"),
-  attach: $("attach"),
-  imageFile: $("image-file"),
   message: $("message"),
   who: $("who"),
   whoText: $("who-text"),
@@ -43,9 +41,20 @@ const ui = {
   audio: $("assistant-audio"),
   micLevel: $("mic-level"),
   outLevel: $("out-level"),
+  mute: $("mute"),
+  newConversation: $("new-conversation"),
+  micSelect: $("mic-select"),
+  speakerSelect: $("speaker-select"),
+  composer: $("composer"),
+  textInput: $("text-input"),
+  textSend: $("text-send"),
+  attach: $("attach"),
+  imageFile: $("image-file"),
 };
 
 // Everything the page knows; window.s2s exposes it (the browser test reads it).
+let controls = null; // controls.js, once set up
+let images = null; // images.js, once set up
 const state = {
   pc: null,
   channel: null,
@@ -53,7 +62,13 @@ const state = {
   callUrl: null,
   key: "",
   closing: false,
-  connected: false,
+  connecting: false, // from Connect until the microphone is live (or it fails)
+  connected: false, // the data channel is open
+  live: false, // the microphone's track is on the call
+  muted: false,
+  sender: null, // the audio transceiver's sender (its track: the microphone, once live)
+  timeline: {}, // performance.now() of connectAt, answeredAt, channelOpenAt, micOpenAt
+  conversations: 0, // calls started on this page (a divider separates them)
   sessionId: null,
   silenceMs: 500,
   playoutMs: DEFAULT_PLAYOUT_MS,
@@ -68,7 +83,6 @@ const state = {
   current: null, // the response whose audio is playing or about to
   events: [], // types received, in order
   errors: [],
-  images: [], // {eventId, el, width, height, chars, refused}: the images sent, in order
   whoLog: [], // the speaking indicator's states, in order
   timers: [],
 };
@@ -88,7 +102,10 @@ function who(kind, text) {
 }
 
 function refreshWho() {
-  if (!state.connected) return who("idle", "not connected");
+  if (controls) controls.sync();
+  if (images) images.sync();
+  if (!state.connected && !state.connecting) return who("idle", "not connected");
+  if (!state.live) return who("connecting", "connecting…");
   if (state.userSpeaking) return who("user", "you are speaking");
   const r = state.current;
   if (r && !r.finished && !r.cut) {
@@ -96,6 +113,7 @@ function refreshWho() {
   }
   const turn = lastTurn();
   if (turn && turn.stoppedAt && !turn.answered) return who("thinking", "thinking…");
+  if (state.muted) return who("muted", "muted");
   return who("listening", "listening");
 }
 
@@ -188,6 +206,57 @@ function showLatency(r) {
   r.el.appendChild(el);
 }
 
+// -- one conversation per call -------------------------------------------------------------------
+// A call that ends leaves no live partial transcript (a partial becomes "(cut off)", an empty one
+// goes) and no reply in progress; the next call starts below a divider, with fresh state.
+function endConversation() {
+  for (const turn of state.turns) {
+    if (turn.transcript !== null) continue;
+    if (!turn.partial) {
+      turn.el.remove();
+      continue;
+    }
+    const text = turn.el.querySelector(".text");
+    text.className = "text stale";
+    text.textContent = `${turn.partial} (cut off)`;
+  }
+  for (const r of state.responses.values()) {
+    if (!r.finished) cut(r, "call ended");
+  }
+}
+
+function startConversation() {
+  state.conversations += 1;
+  Object.assign(state, { turns: [], turnsByItem: new Map(), responses: new Map(), current: null });
+  state.userSpeaking = false;
+  const last = ui.conversation.lastElementChild;
+  if (last && !last.classList.contains("divider")) {
+    const divider = document.createElement("div");
+    divider.className = "divider";
+    divider.setAttribute("role", "separator");
+    divider.textContent = `new conversation · ${new Date().toLocaleTimeString()}`;
+    ui.conversation.appendChild(divider);
+    divider.scrollIntoView({ block: "end" });
+  }
+}
+
+function typedTurn(item) {
+  const part = (item.content || []).find((c) => c.type === "input_text");
+  if (item.role !== "user" || !part) return;
+  const turn = userTurn(item.id);
+  turn.typed = true;
+  turn.el.classList.add("typed");
+  turn.transcript = part.text;
+  showUserText(turn);
+}
+
+function send(event) {
+  if (!state.channel || state.channel.readyState !== "open") return false;
+  state.channel.send(JSON.stringify(event));
+  eventLog.record("out", event);
+  return true;
+}
+
 // -- server events --------------------------------------------------------------------------------
 function onEvent(message) {
   let e;
@@ -197,6 +266,7 @@ function onEvent(message) {
     return;
   }
   state.events.push(e.type);
+  eventLog.record("in", e);
   const now = performance.now();
   switch (e.type) {
     case "session.created":
@@ -204,7 +274,11 @@ function onEvent(message) {
       state.sessionId = e.session.id;
       const td = e.session.audio && e.session.audio.input && e.session.audio.input.turn_detection;
       if (td && td.silence_duration_ms) state.silenceMs = td.silence_duration_ms;
-      if (e.type === "session.created") say("Connected. Speak when you like; speak over the assistant to interrupt it.", "ok");
+      if (e.type === "session.created" && state.live) say(CONNECTED, "ok");
+      break;
+    }
+    case "conversation.item.added": {
+      if (e.item && e.item.type === "message") typedTurn(e.item);
       break;
     }
     case "input_audio_buffer.speech_started": {
@@ -272,6 +346,7 @@ function onEvent(message) {
         say(`The reply failed: ${why.message || "server error"}`, "error");
       }
       if (!r.audioStartedAt) r.finished = true; // no audio: nothing left to play
+      r.breakdown = showBreakdown(r.el, e.response.metadata);
       break;
     }
     case "output_audio_buffer.stopped":
@@ -285,9 +360,8 @@ function onEvent(message) {
     }
     case "error": {
       const err = e.error || {};
-      const image = state.images.find((i) => err.event_id && i.eventId === err.event_id);
-      if (image) refuseImage(image, err);
       say(`Server error${err.code ? ` (${err.code})` : ""}: ${err.message || "unknown"}`, "error");
+      if (images) images.onError(err);
       break;
     }
     default:
@@ -304,187 +378,90 @@ function markAudible(r, at) {
   refreshWho();
 }
 
-// -- images ---------------------------------------------------------------------------------------
-async function shrinkImage(file) {
-  // a JPEG data URL of at most IMAGE_MAX_CHARS: scaled to IMAGE_MAX_SIDE, then smaller until it fits
-  const bitmap = await createImageBitmap(file); // decodes PNG, JPEG, WebP, GIF, HEIC where supported
-  let scale = Math.min(1, IMAGE_MAX_SIDE / Math.max(bitmap.width, bitmap.height));
-  for (let attempt = 0; attempt < 8; attempt++) {
-    const canvas = document.createElement("canvas");
-    canvas.width = Math.max(1, Math.round(bitmap.width * scale));
-    canvas.height = Math.max(1, Math.round(bitmap.height * scale));
-    canvas.getContext("2d").drawImage(bitmap, 0, 0, canvas.width, canvas.height);
-    for (const quality of IMAGE_QUALITIES) {
-      const url = canvas.toDataURL("image/jpeg", quality);
-      if (url.length <= IMAGE_MAX_CHARS) {
-        bitmap.close();
-        return { url, width: canvas.width, height: canvas.height };
-      }
-    }
-    scale *= 0.7;
-  }
-  bitmap.close();
-  throw new Error("it cannot be made small enough to send");
-}
-
-async function attachImage(file) {
-  if (!file) return;
-  if (!state.channel || state.channel.readyState !== "open") {
-    say("Connect first, then attach an image.", "warn");
-    return;
-  }
-  let image;
-  try {
-    image = await shrinkImage(file);
-  } catch (err) {
-    say(`That image cannot be sent: ${err.message || "the browser cannot read it"}.`, "error");
-    return;
-  }
-  const eventId = `evt_image_${Date.now()}_${state.images.length}`;
-  const part = { type: "input_image", image_url: image.url, detail: "auto" };
-  const item = { type: "message", role: "user", content: [part] };
-  state.channel.send(JSON.stringify({ type: "conversation.item.create", event_id: eventId, item }));
-  const el = bubble("user image", "you");
-  const img = document.createElement("img");
-  img.src = image.url;
-  img.alt = "the image you attached";
-  el.querySelector(".text").appendChild(img);
-  state.images.push({ eventId, el, width: image.width, height: image.height, chars: image.url.length, refused: null });
-  say("Image sent: ask about it.", "ok");
-}
-
-function refuseImage(image, err) {
-  image.refused = err.message || "refused";
-  image.el.classList.add("refused");
-  const note = document.createElement("span");
-  note.className = "note";
-  note.textContent = "not seen";
-  image.el.querySelector(".role").appendChild(note);
-}
-
-// -- audio levels: who is speaking, when the voice ends and when the reply is heard ----------------
-function rms(analyser, buffer) {
-  analyser.getFloatTimeDomainData(buffer);
-  let sum = 0;
-  for (let i = 0; i < buffer.length; i++) sum += buffer[i] * buffer[i];
-  return Math.sqrt(sum / buffer.length);
-}
-
-function startMeters() {
-  const buf = new Float32Array(512);
-  const tick = () => {
-    if (!state.audioCtx) return;
-    const now = performance.now();
-    if (state.micAnalyser) {
-      const level = rms(state.micAnalyser, buf);
-      if (level > MIC_VOICE_RMS) state.lastVoiceAt = now;
-      ui.micLevel.style.width = `${Math.min(100, level * 400)}%`;
-    }
-    if (state.outAnalyser) {
-      const level = rms(state.outAnalyser, buf);
-      ui.outLevel.style.width = `${Math.min(100, level * 400)}%`;
-      const r = state.current;
-      if (r && r.audioStartedAt && !r.audible && !r.cut && level > OUT_VOICE_RMS) markAudible(r, now);
-    }
-  };
-  state.meterTimer = setInterval(tick, 10);
-}
-
-async function measurePlayout() {
-  // the receiver's jitter buffer delay (plus the output's latency) is how far audio lags its event
-  if (!state.pc) return;
-  try {
-    const stats = await state.pc.getStats();
-    stats.forEach((s) => {
-      if (s.type === "inbound-rtp" && s.kind === "audio" && s.jitterBufferEmittedCount > 0) {
-        const jitterMs = (1000 * s.jitterBufferDelay) / s.jitterBufferEmittedCount;
-        const outputMs = state.audioCtx ? 1000 * (state.audioCtx.outputLatency || 0) : 0;
-        state.playoutMs = Math.min(500, Math.max(20, jitterMs + outputMs));
-      }
-    });
-  } catch {
-    // keep the last value
-  }
-}
-
 // -- connecting ------------------------------------------------------------------------------------
-function micProblem(err) {
-  if (!window.isSecureContext || !navigator.mediaDevices) {
-    return "The browser only gives a page the microphone over HTTPS or on localhost. " +
-      "Start the server with --ssl_certfile and --ssl_keyfile and open https://HOST:PORT/.";
-  }
-  if (err && (err.name === "NotAllowedError" || err.name === "SecurityError")) {
-    return "Microphone access was denied. Allow the microphone for this page (the icon in the address bar) " +
-      "and press Connect again.";
-  }
-  if (err && (err.name === "NotFoundError" || err.name === "OverconstrainedError")) {
-    return "No microphone was found. Plug one in and press Connect again.";
-  }
-  if (err && err.name === "NotReadableError") {
-    return "The microphone is busy (another program uses it). Close it and press Connect again.";
-  }
-  return `The microphone cannot be opened: ${err ? err.message || err.name : "unknown error"}`;
-}
-
-function waitForIce(pc) {
-  if (pc.iceGatheringState === "complete") return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      if (pc.iceGatheringState === "complete") resolve();
-    };
-    pc.addEventListener("icegatheringstatechange", done);
-    setTimeout(resolve, ICE_GATHER_TIMEOUT_MS); // host candidates come at once; do not wait for more
-  });
-}
-
-async function callError(response) {
-  let detail = "";
-  try {
-    const body = await response.json();
-    detail = (body.error && body.error.message) || "";
-  } catch {
-    // not JSON
-  }
-  if (response.status === 401) {
-    ui.key.focus();
-    return "This server needs an API key, or the one entered is wrong: enter it above and press Connect.";
-  }
-  if (response.status === 503) return `The server is busy: ${detail || "try again later"}.`;
-  return `The server refused the call (${response.status}): ${detail || response.statusText}`;
-}
-
 function authHeaders() {
   return state.key ? { Authorization: `Bearer ${state.key}` } : {};
 }
 
-async function connect() {
-  if (state.pc) return;
-  state.key = ui.key.value.trim();
-  sessionStorage.setItem("s2s-api-key", state.key); // this tab only; never in the URL
-  ui.connect.disabled = true;
-  state.closing = false;
-  say("Opening the microphone…");
+function mark(name) {
+  state.timeline[name] = performance.now();
+}
+
+function microphone(deviceId) {
+  const audio = { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 };
+  if (deviceId) audio.deviceId = { exact: deviceId };
+  return navigator.mediaDevices.getUserMedia({ audio });
+}
+
+// Put a microphone stream on the call: its track on the sender, the level meter on it.
+async function useMicrophone(stream) {
+  const [track] = stream.getAudioTracks();
+  track.enabled = !state.muted;
+  await state.sender.replaceTrack(track);
+  const old = state.mic;
+  state.mic = stream;
+  if (old && old !== stream) old.getTracks().forEach((t) => t.stop());
+  state.micAnalyser = state.audioCtx.createAnalyser();
+  state.audioCtx.createMediaStreamSource(stream).connect(state.micAnalyser);
+}
+
+// The data channel is open: only now is the microphone asked for, and its audio sent.
+async function goLive() {
+  say("Connected. Opening the microphone…");
+  const pc = state.pc;
+  let stream;
   try {
-    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) throw new Error("insecure");
-    state.mic = await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
-    });
+    stream = await microphone(ui.micSelect.value);
   } catch (err) {
-    say(micProblem(err), "error");
-    ui.connect.disabled = false;
+    if (state.pc !== pc) return; // hung up meanwhile
+    const why = micProblem(err);
+    await disconnect();
+    say(why, "error");
     return;
   }
-  say("Connecting…");
+  if (state.pc !== pc || state.closing) {
+    stream.getTracks().forEach((t) => t.stop()); // hung up meanwhile
+    return;
+  }
+  await useMicrophone(stream);
+  mark("micOpenAt");
+  Object.assign(state, { live: true, connecting: false });
+  say(CONNECTED, "ok");
+  controls.listDevices();
+  refreshWho();
+}
+
+async function switchMicrophone(deviceId) {
+  if (!state.live) return;
+  try {
+    await useMicrophone(await microphone(deviceId));
+  } catch (err) {
+    say(micProblem(err), "warn");
+  }
+}
+
+async function connect() {
+  if (state.pc || state.connecting) return;
+  state.key = ui.key.value.trim();
+  sessionStorage.setItem("s2s-api-key", state.key); // this tab only; never in the URL
+  if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+    say(micProblem(null), "error");
+    return;
+  }
+  startConversation();
+  Object.assign(state, { closing: false, connecting: true, timeline: {} });
+  mark("connectAt");
+  eventLog.restart();
+  say("Connecting… (the microphone opens once the call is up)");
+  refreshWho();
   try {
     state.audioCtx = new AudioContext();
     state.audioCtx.resume().catch(() => {});
-    state.micAnalyser = state.audioCtx.createAnalyser();
-    state.audioCtx.createMediaStreamSource(state.mic).connect(state.micAnalyser);
-    startMeters();
+    startMeters(state, ui, markAudible);
 
     const pc = new RTCPeerConnection();
     state.pc = pc;
-    for (const track of state.mic.getAudioTracks()) pc.addTrack(track, state.mic);
+    state.sender = pc.addTransceiver("audio", { direction: "sendrecv" }).sender; // the microphone comes later
     pc.ontrack = (ev) => {
       const stream = ev.streams[0] || new MediaStream([ev.track]);
       ui.audio.srcObject = stream;
@@ -492,23 +469,26 @@ async function connect() {
       state.outAnalyser = state.audioCtx.createAnalyser();
       state.audioCtx.createMediaStreamSource(stream).connect(state.outAnalyser);
     };
+    const current = () => state.pc === pc && !state.closing; // events of an earlier call are ignored
     pc.onconnectionstatechange = () => {
-      if (state.closing) return;
+      if (!current()) return;
       if (pc.connectionState === "failed") lost("the WebRTC connection failed");
       else if (pc.connectionState === "disconnected") say("The connection is interrupted; trying to recover…", "warn");
-      else if (pc.connectionState === "connected" && state.connected) say("Connected.", "ok");
+      else if (pc.connectionState === "connected" && state.live) say("Connected.", "ok");
     };
     const channel = pc.createDataChannel("oai-events");
     state.channel = channel;
-    channel.onmessage = onEvent;
+    channel.onmessage = (message) => current() && onEvent(message);
     channel.onopen = () => {
+      if (!current()) return;
       state.connected = true;
+      mark("channelOpenAt");
       ui.disconnect.disabled = false;
-      ui.attach.disabled = false;
       refreshWho();
+      goLive();
     };
     channel.onclose = () => {
-      if (!state.closing) lost("the server closed the connection");
+      if (current()) lost("the server closed the connection");
     };
 
     await pc.setLocalDescription(await pc.createOffer());
@@ -523,16 +503,20 @@ async function connect() {
     } catch (err) {
       throw new Error(`cannot reach the server (${err.message})`);
     }
+    if (state.pc !== pc) return; // hung up while the offer was out
     if (response.status !== 201) {
-      const why = await callError(response);
+      const why = await callProblem(response, Boolean(state.key));
       teardown();
       say(why, "error");
+      if (response.status === 401) ui.key.focus(); // the key is asked for: no microphone yet
+      if (response.status === 401 && state.key) ui.key.select();
       return;
     }
+    mark("answeredAt");
     const location = response.headers.get("Location");
     state.callUrl = location ? new URL(location, window.location.href).href : null;
     await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
-    state.statsTimer = setInterval(measurePlayout, 1000);
+    state.statsTimer = setInterval(() => measurePlayout(state), 1000);
     ui.disconnect.disabled = false;
   } catch (err) {
     teardown();
@@ -542,14 +526,16 @@ async function connect() {
 
 function lost(why) {
   if (state.closing) return;
+  const url = state.callUrl;
   teardown();
+  hangUp(url);
   say(`Connection lost: ${why}. Press Connect to start a new conversation.`, "error");
 }
 
 function teardown() {
   state.closing = true;
-  state.connected = false;
-  state.userSpeaking = false;
+  endConversation();
+  Object.assign(state, { connected: false, connecting: false, live: false, userSpeaking: false, callUrl: null });
   for (const t of state.timers) clearTimeout(t);
   state.timers = [];
   clearInterval(state.meterTimer);
@@ -558,33 +544,49 @@ function teardown() {
   if (state.pc) state.pc.close();
   if (state.mic) state.mic.getTracks().forEach((t) => t.stop());
   if (state.audioCtx) state.audioCtx.close().catch(() => {});
-  Object.assign(state, { pc: null, channel: null, mic: null, audioCtx: null, micAnalyser: null, outAnalyser: null });
+  Object.assign(state, {
+    pc: null, channel: null, mic: null, sender: null, audioCtx: null, micAnalyser: null, outAnalyser: null,
+  });
   ui.audio.srcObject = null;
   ui.micLevel.style.width = ui.outLevel.style.width = "0";
-  ui.connect.disabled = false;
   ui.disconnect.disabled = true;
-  ui.attach.disabled = true;
   refreshWho();
+}
+
+function hangUp(url) {
+  if (url) fetch(`${url}/hangup`, { method: "POST", headers: authHeaders() }).catch(() => {});
 }
 
 async function disconnect() {
   const url = state.callUrl;
-  state.callUrl = null;
   teardown();
   say("Disconnected.", "info");
-  if (url) {
-    fetch(`${url}/hangup`, { method: "POST", headers: authHeaders() }).catch(() => {});
-  }
+  hangUp(url);
 }
+
+// New conversation: hang up, clear the page, call again (a fresh session: empty history).
+async function newConversation() {
+  await disconnect();
+  ui.conversation.replaceChildren();
+  eventLog.clear();
+  await connect();
+}
+
+const CONNECTED = "Connected. Speak when you like; speak over the assistant to interrupt it.";
+const eventLog = createEventLog({
+  panel: $("event-log"),
+  list: $("event-list"),
+  count: $("event-count"),
+  toggle: $("log-toggle"),
+  clear: $("event-clear"),
+});
+state.eventLog = eventLog;
+const app = { state, ui, connect, newConversation, switchMicrophone, send, refreshWho };
+controls = setupControls(app);
+images = setupImages({ button: ui.attach, input: ui.imageFile, state, say, bubble });
 
 ui.key.value = sessionStorage.getItem("s2s-api-key") || "";
 ui.connect.addEventListener("click", connect);
 ui.disconnect.addEventListener("click", disconnect);
-ui.attach.addEventListener("click", () => ui.imageFile.click());
-ui.imageFile.addEventListener("change", () => {
-  const file = ui.imageFile.files[0];
-  ui.imageFile.value = ""; // the same photo can be chosen again
-  attachImage(file);
-});
 window.addEventListener("pagehide", () => state.pc && disconnect());
 refreshWho();

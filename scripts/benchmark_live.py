@@ -241,6 +241,19 @@ def sound_after(recording: np.ndarray, after_s: float) -> float | None:
     return (first + loud[0]) * FRAME_MS / 1000 if len(loud) else None
 
 
+def wait_for_quiet(tap: Recording, quiet_s: float = 1.5, timeout_s: float = 120.0) -> bool:
+    """Wait until the last ``quiet_s`` of ``tap`` hold no sound (the previous reply has ended)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        recorded = tap.samples()
+        frames = sound_frames(recorded)
+        tail = round(quiet_s * 1000 / FRAME_MS)
+        if len(frames) >= tail and not frames[-tail:].any():
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def measure(server: SoundServer, tap: Recording, clip: Path, gap_s: float) -> float | None:
     """Play the speech of ``clip``, wait ``gap_s``; voice-to-voice of its reply on ``tap``, ms
     (None: no reply heard).
@@ -249,6 +262,7 @@ def measure(server: SoundServer, tap: Recording, clip: Path, gap_s: float) -> fl
     and ends its own length later; the reply is the first sound after that.
     """
     speech, length_s = trimmed(clip, server.workdir)
+    wait_for_quiet(tap)  # a reply still playing would be heard as this one's
     before_s = tap.seconds()
     server.say(speech)
     time.sleep(gap_s)

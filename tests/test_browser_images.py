@@ -30,7 +30,7 @@ from tests.test_browser import chromium_or_skip, fake_microphone, microphone_fil
 from tests.test_image_session import FAKES
 
 WAIT_S = 120.0
-#: the page's IMAGE_MAX_CHARS (speech_to_speech/realtime/static/app.js)
+#: the page's IMAGE_MAX_CHARS (speech_to_speech/realtime/static/images.js)
 PAGE_MAX_CHARS = 200_000
 MESSAGE = "document.getElementById('message').textContent"
 
@@ -107,6 +107,8 @@ def test_the_page_sends_an_attached_photo_and_the_model_sees_it(
                 WAIT_S,
                 "a reply",
             )
+            shot = await browser.screenshot(tmp_path / "attached-image.png", full_page=False)
+            print(f"\nbrowser screenshot (image and reply): {shot}")
             return {"sent": sent, "reply": reply, "errors": await browser.evaluate("s2s.errors")}
         finally:
             await browser.close()
@@ -145,7 +147,7 @@ def test_a_model_that_cannot_see_refuses_the_photo_on_the_page(
 
 
 def test_image_limits_in_the_page_match_the_server() -> None:
-    script = (Path(__file__).resolve().parent.parent / "speech_to_speech/realtime/static/app.js").read_text()
+    script = (Path(__file__).resolve().parent.parent / "speech_to_speech/realtime/static/images.js").read_text()
     assert f"const IMAGE_MAX_CHARS = {PAGE_MAX_CHARS};" in script
     # the item, echoed back in conversation.item.added, must fit one 256 KiB data channel message
     assert PAGE_MAX_CHARS + 2048 < 256 * 1024

@@ -316,11 +316,13 @@ class ResponseOutput:
             self._send(f"output_audio_buffer.{kind}", response_id=response.id)
 
     def _done_metadata(self, response: _Response) -> dict[str, str] | None:
-        """The request's metadata plus the turn's latencies (``s2s_*`` keys; the request's keys win)."""
-        measured = self.latency(response.turn_id) if self.latency is not None else {}
-        if not measured:
+        """The request's metadata, unchanged when it set any (a client gets back what it attached:
+        the protocol's metadata is the client's, at most 16 keys); else the turn's latencies
+        (``s2s_*`` keys), which is what the browser page shows."""
+        if response.metadata:
             return response.metadata
-        return {**measured, **(response.metadata or {})}
+        measured = self.latency(response.turn_id) if self.latency is not None else {}
+        return measured or response.metadata
 
     def _close_message(self, response: _Response, status: str) -> None:
         base = self._part_base(response)

@@ -154,7 +154,7 @@ class RealtimeServer:
             transport.send(event)
 
         session = RealtimeSession(self.args, loop, send, self.limits, media=transport.media)
-        metrics = self.metrics.session(transport.kind, session.bus)
+        metrics = self.metrics.session(transport.kind, session.bus, collect_turns=False)  # the session has one
         observers.append(metrics.on_server_event)
         closers: list[Callable[[], None]] = [metrics.close]
         if self.tracing is not None:

@@ -108,9 +108,14 @@ class ServerMetrics:
         """Count one ``error`` event with ``code`` sent outside a session (e.g. a refusal)."""
         self.errors.labels(code or "unknown").inc()
 
-    def session(self, transport: str, bus: EventBus) -> SessionMetrics:
-        """Start counting one session on ``transport`` (``websocket``/``webrtc``) whose events go on ``bus``."""
-        return SessionMetrics(self, transport, bus)
+    def session(self, transport: str, bus: EventBus, collect_turns: bool = True) -> SessionMetrics:
+        """Start counting one session on ``transport`` (``websocket``/``webrtc``) whose events go on ``bus``.
+
+        ``collect_turns``: put a :class:`MetricsCollector` on ``bus`` to publish each turn's
+        :class:`TurnMetrics`; False when the bus has one already (a :class:`RealtimeSession`'s does:
+        two would publish every turn twice).
+        """
+        return SessionMetrics(self, transport, bus, collect_turns)
 
 
 class SessionMetrics:
@@ -119,12 +124,13 @@ class SessionMetrics:
     Counts the session as active until :meth:`close`.
     """
 
-    def __init__(self, metrics: ServerMetrics, transport: str, bus: EventBus) -> None:
+    def __init__(self, metrics: ServerMetrics, transport: str, bus: EventBus, collect_turns: bool = True) -> None:
         self.metrics = metrics
         self.transport = transport
         self._closed = False
         metrics.sessions.labels(transport).inc()
-        MetricsCollector(bus)  # publishes TurnMetrics on the bus at each ResponseDone
+        if collect_turns:
+            MetricsCollector(bus)  # publishes TurnMetrics on the bus at each ResponseDone
         bus.subscribe(self.on_event)
 
     def on_event(self, event: Event) -> None:

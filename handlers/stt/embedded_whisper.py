@@ -17,17 +17,14 @@ Speed and accuracy against tiny.en are measured by ``scripts/benchmark_stt.py la
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
-import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from handlers.llm.embedded import cache_root
+from handlers.llm.embedded import cache_root, concatenate_verified
 
 logger = logging.getLogger(__name__)
 
@@ -132,23 +129,7 @@ def assemble(model: EmbeddedWhisper, report: Callable[[str], None] | None = None
     target.mkdir(parents=True, exist_ok=True)
     for name in model.files:
         shutil.copyfile(folders[-1] / name, target / name)
-    digest = hashlib.sha256()
-    handle, tmp_name = tempfile.mkstemp(prefix="model.bin.", dir=target)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as source:
-                    while block := source.read(8 << 20):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != model.sha256:
-            raise ValueError(
-                f"{model.title} assembled to SHA-256 {digest.hexdigest()}, expected {model.sha256}; {reinstall}"
-            )
-        tmp.replace(ready)
-    finally:
-        tmp.unlink(missing_ok=True)
+    concatenate_verified(parts, ready, model.sha256, f"the assembled {model.title}", reinstall)
     return target
 
 

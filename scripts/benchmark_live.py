@@ -46,6 +46,8 @@ FRAME_MS = 20
 SOUND_RMS = 1e-3
 #: latency of both loopbacks into the tap, ms (equal, so that they cancel out)
 LOOPBACK_MS = 30
+#: latency of the echo loopback (speaker → microphone), ms
+ECHO_MS = 40
 
 
 class SoundServerUnavailable(RuntimeError):
@@ -93,15 +95,22 @@ class Recording:
 class SoundServer:
     """A private PulseAudio with a virtual microphone, a speaker and a recording of both.
 
+    The default source, ``microphone``, is the ``mic`` sink's monitor remapped as a source of its
+    own (a browser lists no monitor of a sink as a microphone). With ``echo_gain`` the speaker is
+    also heard by the microphone, as on a laptop with its speakers on: a loopback from the
+    speaker's monitor into ``mic``, :data:`ECHO_MS` late, at that volume.
+
     Args:
         workdir: where the server's socket, runtime files and recordings go.
+        echo_gain: the echo's PulseAudio volume (1.0 = 100 %: as loud as what the speaker plays;
+            0.7 = 70 %, -9 dB on PulseAudio's cubic scale); None: no echo.
 
     Raises:
         SoundServerUnavailable: a tool is missing (see :func:`missing_tools`).
         RuntimeError: the server did not come up within 10 s.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, echo_gain: float | None = None) -> None:
         missing = missing_tools()
         if missing:
             raise SoundServerUnavailable("missing: " + ", ".join(missing))
@@ -128,14 +137,33 @@ class SoundServer:
                 self.close()
                 raise RuntimeError(f"pulseaudio did not start; see {workdir / 'pulseaudio.log'}")
             time.sleep(0.1)
+        self._pactl("load-module", "module-remap-source", "master=mic.monitor", "source_name=microphone")
         self._pactl("set-default-sink", "speaker")
-        self._pactl("set-default-source", "mic.monitor")
+        self._pactl("set-default-source", "microphone")
         # after the defaults: PulseAudio 16 moves the loopbacks' streams to a new default source
         for source in ("mic.monitor", "speaker.monitor"):
             self._pactl("load-module", "module-loopback", f"source={source}", "sink=tap", f"latency_msec={LOOPBACK_MS}")
+        if echo_gain is not None:
+            self._echo(echo_gain)
 
     def _pactl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["pactl", *args], env=self.env, capture_output=True, timeout=10)
+
+    def _echo(self, gain: float) -> None:
+        """The speaker heard by the microphone: a loopback speaker.monitor → mic at volume ``gain``."""
+        loaded = self._pactl(
+            "load-module", "module-loopback", "source=speaker.monitor", "sink=mic", f"latency_msec={ECHO_MS}"
+        )
+        module = loaded.stdout.decode().strip()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the loopback's stream appears once it runs
+            listing = self._pactl("list", "sink-inputs").stdout.decode()
+            for block in listing.split("Sink Input #")[1:]:
+                if f"Owner Module: {module}\n" in block:
+                    self._pactl("set-sink-input-volume", block.split()[0], f"{round(gain * 100)}%")
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("the echo loopback did not start")
 
     def record(self, path: Path, source: str = "tap.monitor") -> Recording:
         """Start recording ``source`` (default: the tap, microphone and speaker together) to a

@@ -32,7 +32,6 @@ BASE_FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--no-default-browser-check",
-    "--mute-audio",
     "--autoplay-policy=no-user-gesture-required",
     "--window-size=900,1100",
     "--remote-debugging-port=0",
@@ -58,12 +57,25 @@ class Chromium:
         binary: the browser executable.
         user_data_dir: a fresh profile folder.
         flags: extra command-line flags (a fake microphone, for instance).
+        mute_audio: the page's audio is not played (``--mute-audio``); False: it plays on the
+            default output (a sound server's, where ``PULSE_SERVER`` names one).
+        env: the browser's environment (default: this process's).
     """
 
-    def __init__(self, binary: str, user_data_dir: Path, flags: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        binary: str,
+        user_data_dir: Path,
+        flags: list[str] | None = None,
+        mute_audio: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.env = env
         self.binary = binary
         self.user_data_dir = user_data_dir
         self.flags = list(flags or [])
+        if mute_audio:
+            self.flags.append("--mute-audio")
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             self.flags.append("--no-sandbox")  # the sandbox refuses to run as root
         self.proc: subprocess.Popen[bytes] | None = None
@@ -79,7 +91,9 @@ class Chromium:
         self.user_data_dir.mkdir(parents=True, exist_ok=True)
         command = [self.binary, *BASE_FLAGS, f"--user-data-dir={self.user_data_dir}", *self.flags, "about:blank"]
         with self._log.open("wb") as log:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
+            )
         port_file = self.user_data_dir / "DevToolsActivePort"
         deadline = time.monotonic() + timeout_s
         while not (port_file.is_file() and len(port_file.read_text().split()) >= 2):

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from speech_to_speech.core.audio import rms
 from speech_to_speech.core.shared import shared_model
 from speech_to_speech.turns.vad import SAMPLE_RATE, BaseVADHandler
 
@@ -61,7 +62,7 @@ class SileroVADHandler(BaseVADHandler):
         self.model = None  # the stream's state; the network stays loaded for other sessions
 
     def speech_probability(self, chunk: np.ndarray) -> float:
-        if float(np.sqrt(np.mean(np.square(chunk, dtype=np.float32)))) < SILENCE_RMS:
+        if rms(chunk) < SILENCE_RMS:
             self._quiet_chunks += 1
             if self._quiet_chunks == QUIET_RESET_CHUNKS:
                 self.model.reset_states()

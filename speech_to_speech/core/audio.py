@@ -45,3 +45,8 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
     if len(data) % 2:
         raise ValueError("pcm16 audio must have an even number of bytes")
     return int16_to_float(np.frombuffer(data, dtype="<i2"))
+
+
+def rms(samples: np.ndarray) -> float:
+    """Root mean square of float samples in [-1, 1] (0.0 for an empty array)."""
+    return float(np.sqrt(np.mean(np.square(samples, dtype=np.float32)))) if len(samples) else 0.0

@@ -202,6 +202,20 @@ class FirstAudio(Event):
 
 
 @dataclass
+class ReplyWords(Event):
+    """The audio that speaks ``text`` (words of turn ``turn_id``'s reply) was delivered to play
+    from ``at``: what the user hears, and what their microphone may hear back (echo).
+
+    Attributes:
+        text: the words, as the TTS was given them.
+        at: when their audio starts playing (monotonic s).
+    """
+
+    text: str = ""
+    at: float = 0.0
+
+
+@dataclass
 class ResponseDone(Event):
     """The end of a response reached the sink (all its audio was delivered).
 
@@ -272,8 +286,9 @@ class ReplyResumed(Event):
 
     Attributes:
         reason: ``"backchannel"`` ("yeah", "mm-hmm"), ``"false_start"`` (no words worth
-            answering), ``"no_words"`` (the STT heard nothing) or ``"too_short"``
-            (shorter than ``min_speech_ms``).
+            answering), ``"echo"`` (only words the voice had just played: its own echo),
+            ``"no_words"`` (the STT heard nothing) or ``"too_short"`` (shorter than
+            ``min_speech_ms``).
         text: the transcript, if any.
         paused_ms: how long the reply was paused, ms.
     """

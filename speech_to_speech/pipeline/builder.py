@@ -40,6 +40,8 @@ from speech_to_speech.speech.audio_io import (
     check_input_device,
     check_output_device,
 )
+from speech_to_speech.speech.playback import PlaybackReference
+from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
 from speech_to_speech.turns.turn_detection import resolve_turn_detection
@@ -169,6 +171,10 @@ class Ends:
         queue_sizes: capacity of each queue, by name (see :data:`QUEUE_SIZES`).
         thread_prefix: threads are named ``f"{thread_prefix}:{role}"`` (a session's id);
             "": ``role:backend`` (``lm_output`` alone).
+        playback: the sink's voice as the user hears it, when their microphone can hear it too
+            (a speaker, a WebRTC call): the VAD sets its echo aside
+            (:class:`~speech_to_speech.turns.echo.EchoGate`); None: no echo (a file, a WebSocket
+            client, whose playback the server does not see).
     """
 
     sink: EndFactory
@@ -176,6 +182,7 @@ class Ends:
     speech_input: bool = True
     queue_sizes: Mapping[str, int] = field(default_factory=lambda: dict(QUEUE_SIZES))
     thread_prefix: str = ""
+    playback: PlaybackReference | None = None
 
 
 @functools.cache
@@ -231,7 +238,8 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
     judge = features.interruption_judge and args.interrupt_response and args.resume_within_ms > 0
     interruptions = None
     if judge and replies is not None:
-        interruptions = Interruptions(shared.bus, replies, args.resume_within_ms)
+        hears_voice = ends.playback is not None and args.echo_gate
+        interruptions = Interruptions(shared.bus, replies, args.resume_within_ms, hears_voice=hears_voice)
     names = ("audio", "segments") if ends.speech_input else ()
     queues = {
         name: _queue(name, ends.queue_sizes[name], speculation, interruptions)
@@ -262,6 +270,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
             speculation=speculation,
             interruptions=interruptions,
             semantic_turns=features.smart_turn,
+            echo=EchoGate(ends.playback) if ends.playback is not None and args.echo_gate else None,
         )
         stages["stt"] = model_stage("stt", "segments", "transcripts", speculation=speculation)
     prefetch = PrefetchCoordinator() if features.prefetch else None
@@ -369,12 +378,16 @@ def local_ends(args: argparse.Namespace) -> Ends:
         _require(check_input_device, SAMPLE_RATE)
         return MicrophoneSource(output_queue=queue, clock=shared.clock, name="source:microphone", **shared.kwargs)
 
+    # live mode: the microphone may hear the speaker, so the VAD gets what the speaker played
+    live = not (args.input_text or args.input_audio or args.output_audio)
+    playback = PlaybackReference() if live else None
+
     def sink(queue: StageQueue, shared: Shared) -> BaseHandler:
-        return _make_sink(args, queue, shared)
+        return _make_sink(args, queue, shared, playback)
 
     if args.input_text:
         return Ends(sink, text_source, speech_input=False)
-    return Ends(sink, file_source if args.input_audio else microphone)
+    return Ends(sink, file_source if args.input_audio else microphone, playback=playback)
 
 
 _NO_DEVICE_HINT = (
@@ -389,13 +402,17 @@ def _require(check: Callable[[int], Any], sample_rate: int) -> None:
         raise PipelineError(f"{exc}; {_NO_DEVICE_HINT}") from None
 
 
-def _make_sink(args: argparse.Namespace, queue_in: StageQueue, shared: Shared) -> BaseHandler:
+def _make_sink(
+    args: argparse.Namespace, queue_in: StageQueue, shared: Shared, playback: PlaybackReference | None = None
+) -> BaseHandler:
     common = shared.kwargs
     if args.output_audio:
         return FileSink(input_queue=queue_in, path=args.output_audio, clock=shared.clock, name="sink:file", **common)
     if not (args.input_audio or args.input_text):
         _require(check_output_device, SPEAKER_RATE)
-        return SpeakerSink(input_queue=queue_in, sample_rate=SPEAKER_RATE, name="sink:speaker", **common)
+        return SpeakerSink(
+            input_queue=queue_in, sample_rate=SPEAKER_RATE, reference=playback, name="sink:speaker", **common
+        )
     try:
         check_output_device(SPEAKER_RATE)
     except AudioDeviceError as exc:

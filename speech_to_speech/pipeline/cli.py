@@ -297,6 +297,10 @@ _HELP = {
         "(from the start of the speech, or its end once it ended) resumes it, anything else interrupts it, ms; "
         "0: speech interrupts at once"
     ),
+    "echo_gate": (
+        "where the microphone can hear the assistant (live mode's speaker, a WebRTC call), speech no louder than "
+        "the echo of what the assistant just played is not speech, and a transcript of only its words is its echo"
+    ),
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
     "stt_model": (
         "STT model: whisper-base (embedded, multilingual; the multilingual extra), whisper-tiny.en, a CTranslate2 "

@@ -31,6 +31,7 @@ from speech_to_speech.core.events import (
 _RESUME_REASONS = {
     "backchannel": "backchannel",
     "false_start": "false start",
+    "echo": "its own echo",
     "no_words": "no words",
     "too_short": "too short",
 }

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from speech_to_speech.speech.playback import PlaybackReference
 
 #: WebRTC audio (Opus) runs at 48 kHz
 MEDIA_RATE = 48_000
@@ -52,10 +55,15 @@ class OutputAudioBuffer:
     Args:
         rate: sample rate of the pushed audio and of the frames, Hz.
         frame_samples: samples per frame (default 20 ms at ``rate``).
+        reference: where each frame with assistant audio is recorded as it leaves (the echo
+            gate's reference); None: nowhere.
     """
 
-    def __init__(self, rate: int = MEDIA_RATE, frame_samples: int = 0) -> None:
+    def __init__(
+        self, rate: int = MEDIA_RATE, frame_samples: int = 0, reference: PlaybackReference | None = None
+    ) -> None:
         self.rate = rate
+        self.reference = reference
         self.frame_samples = frame_samples or round(rate * FRAME_S)
         self._entries: collections.deque[_Chunk | _Mark] = collections.deque()
         self._lock = threading.Lock()
@@ -157,6 +165,8 @@ class OutputAudioBuffer:
                 if entry.offset == len(entry.samples):
                     entries.popleft()
             self.sent_samples += len(frame)
+        if filled and self.reference is not None:
+            self.reference.add(frame, self.rate, time.monotonic())
         for callback in due:
             callback()
         return frame, filled > 0

@@ -159,7 +159,8 @@ class RealtimeSession:
         self.bus = EventBus()
         self.bus.subscribe(self._on_speech_event)
         self.metrics = MetricsCollector(self.bus, keep_last=8)  # each response.done carries its turn's latencies
-        ends = Ends(make_sink, source=None, queue_sizes=SESSION_QUEUE_SIZES, thread_prefix=self.id)
+        playback = self.media.reference if self.media is not None else None  # WebRTC: the echo gate's reference
+        ends = Ends(make_sink, source=None, queue_sizes=SESSION_QUEUE_SIZES, thread_prefix=self.id, playback=playback)
         self.pipeline = build(self.args, ends, SESSION, bus=self.bus)
         self.gate, self.stop_event = self.pipeline.gate, self.pipeline.stop_event
         #: where the client's audio and requests enter: ``"audio"`` (the VAD's queue), ``"segments"`` (the STT's)

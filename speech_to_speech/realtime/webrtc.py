@@ -37,6 +37,7 @@ from speech_to_speech.core.audio import float_to_int16, int16_to_float
 from speech_to_speech.realtime.media import MEDIA_RATE, OutputAudioBuffer
 from speech_to_speech.realtime.protocol import ProtocolError, error_event, new_id
 from speech_to_speech.realtime.transport import AudioFeed
+from speech_to_speech.speech.playback import PlaybackReference
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,8 @@ class WebRTCCall:
     def __init__(self) -> None:
         self.id = new_id("rtc")
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only: no STUN, no TURN
-        self.media = OutputAudioBuffer(rate=MEDIA_RATE)
+        # what the voice sent, for the echo gate: the client's speakers may play it into its microphone
+        self.media = OutputAudioBuffer(rate=MEDIA_RATE, reference=PlaybackReference())
         self.track = OutputTrack(self.media)
         self.channel: Any = None
         self.connected = asyncio.Event()

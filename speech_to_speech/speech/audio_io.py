@@ -24,7 +24,7 @@ from speech_to_speech.core.audio import CHUNK_SAMPLES, SAMPLE_RATE
 from speech_to_speech.core.events import Event, ResponseDone
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import END_OF_STREAM, AudioChunk, AudioOutput, Transcript
-from speech_to_speech.speech.playback import PacedAudioSink
+from speech_to_speech.speech.playback import PacedAudioSink, PlaybackReference
 
 logger = logging.getLogger(__name__)
 
@@ -406,16 +406,24 @@ class SpeakerSink(PacedAudioSink):
     ``lead_s`` ahead of play time; on barge-in the buffer is emptied, so the
     speaker goes quiet within one device block.
 
+    Args:
+        sample_rate: the device's rate, Hz.
+        reference: where each block is recorded as it goes to the device (the VAD's echo gate
+            compares the microphone with it); None: nowhere.
+
     Raises (from :meth:`setup`):
         AudioDeviceError: if PortAudio or an output device is missing.
     """
 
     lead_s = 0.08
 
-    def __init__(self, *args: Any, sample_rate: int = 24_000, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, sample_rate: int = 24_000, reference: PlaybackReference | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, sample_rate=sample_rate, **kwargs)
         self._stream: Any = None
         self._buffer = OutputBuffer()
+        self.reference = reference
 
     def setup(self) -> None:
         sd = check_output_device(self.sample_rate)
@@ -429,6 +437,8 @@ class SpeakerSink(PacedAudioSink):
 
     def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
         self._buffer.fill(outdata[:, 0], skip=lambda stamp: not self.gate.admits(stamp))
+        if self.reference is not None:
+            self.reference.add(outdata[:, 0], self.sample_rate, time.monotonic())
 
     def write(self, samples: np.ndarray, item: AudioOutput, start: float) -> None:
         self._buffer.append(samples, item.stamp)

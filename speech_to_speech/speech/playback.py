@@ -13,6 +13,7 @@ audio: :class:`Pause` (user speech: stop at once, keep the rest), :class:`Resume
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import itertools
@@ -27,12 +28,18 @@ from typing import Any
 import numpy as np
 import soxr
 
+from speech_to_speech.core.audio import rms
 from speech_to_speech.core.cancel import Stamp
-from speech_to_speech.core.events import FirstAudio, ResponseDone, ResponseInterrupted
+from speech_to_speech.core.events import FirstAudio, ReplyWords, ResponseDone, ResponseInterrupted
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import AudioOutput, EndOfResponse, Flush, Interrupt, Pause, Resume
 
 logger = logging.getLogger(__name__)
+
+#: length of one level measurement of a :class:`PlaybackReference`, s (a WebRTC frame)
+REFERENCE_BLOCK_S = 0.020
+#: how long a :class:`PlaybackReference` keeps its levels, s (a little over the longest echo delay)
+REFERENCE_KEPT_S = 5.0
 
 
 class RealtimeQueue:
@@ -92,6 +99,33 @@ class _Played:
     duration: float
     text: str
     samples: np.ndarray
+
+
+class PlaybackReference:
+    """The assistant's voice as it is played: its level per :data:`REFERENCE_BLOCK_S`, on the monotonic clock.
+
+    Thread-safe: the sink (or a media track's sender) adds, the VAD's thread reads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._blocks: collections.deque[tuple[float, float]] = collections.deque()
+
+    def add(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
+        """Record float32 mono ``samples`` at ``sample_rate`` Hz that play (or leave) from ``start``
+        (monotonic s); silence counts too (it is what makes the voice stop)."""
+        block = max(1, round(REFERENCE_BLOCK_S * sample_rate))
+        levels = [(start + i / sample_rate, rms(samples[i : i + block])) for i in range(0, len(samples), block)]
+        with self._lock:
+            self._blocks.extend(levels)
+            horizon = start - REFERENCE_KEPT_S
+            while self._blocks and self._blocks[0][0] < horizon:
+                self._blocks.popleft()
+
+    def level(self, since: float, until: float) -> float:
+        """The loudest block (RMS) of the voice played between ``since`` and ``until`` (monotonic s)."""
+        with self._lock:
+            return max((level for at, level in self._blocks if since <= at <= until), default=0.0)
 
 
 class PacedAudioSink(BaseHandler):
@@ -225,6 +259,8 @@ class PacedAudioSink(BaseHandler):
                 with self._lock:
                     self._played.append(piece)
                 self.write(samples, item, start)
+                if item.text.strip():
+                    self.bus.publish(ReplyWords(item.stamp.turn_id, text=item.text, at=start))
             else:
                 end: EndOfResponse = entry[1]
                 self.on_response_done(end)

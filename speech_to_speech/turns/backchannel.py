@@ -88,3 +88,28 @@ def is_backchannel(text: str, language: str | None = "en") -> bool:
     if not all(word in vocabulary or _HUMMED.fullmatch(word) for word in words):
         return False
     return not all(word in _PHRASE_ONLY for word in words) or " ".join(words) in ("i see", "got it", "makes sense")
+
+
+#: at least this share of a transcript's words must be words the voice just played for it to be
+#: the voice's echo (Whisper on an uncancelled echo of "Once upon a time" heard "Once a pot.": 2
+#: of 3; a real interruption shares its small words at most: "and mister john dashwood had then
+#: leisure ..." shares 2 of 22 with the story it interrupted)
+ECHO_WORD_SHARE = 0.6
+
+
+def is_echo(text: str, played: str) -> bool:
+    """Whether a transcript only repeats what the assistant's voice just said (its echo).
+
+    Args:
+        text: the STT transcript of what was heard during the reply.
+        played: the words the voice played shortly before and while it was heard.
+
+    Returns:
+        True when at least :data:`ECHO_WORD_SHARE` of the transcript's words are among
+        ``played``'s (e.g. "Once a pot." after "Once upon a time there was"); False for a
+        transcript with no words (see :func:`is_false_start`) or nothing played.
+    """
+    words, voice = _words(text), set(_words(played))
+    if not words or not voice:
+        return False
+    return sum(word in voice for word in words) >= ECHO_WORD_SHARE * len(words)

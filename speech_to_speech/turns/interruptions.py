@@ -9,7 +9,9 @@ sink stops within one device block, as for a cut), and :class:`Interruptions`
 waits for the words:
 
 * a backchannel (:func:`~speech_to_speech.turns.backchannel.is_backchannel`), a false
-  start (:func:`~speech_to_speech.turns.backchannel.is_false_start`, an empty transcript)
+  start (:func:`~speech_to_speech.turns.backchannel.is_false_start`, an empty transcript),
+  the voice's own echo (:func:`~speech_to_speech.turns.backchannel.is_echo`: the words it
+  played in the last :data:`ECHO_MEMORY_S`, from :class:`~speech_to_speech.core.events.ReplyWords`)
   or speech shorter than ``min_speech_ms`` resumes the reply from where it stopped
   (:class:`~speech_to_speech.core.events.ReplyResumed`, then ``Resume``); its transcript
   never reaches the LLM (:class:`JudgedTranscripts` drops it), so it is neither
@@ -50,6 +52,7 @@ from speech_to_speech.core.events import (
     ReplyCut,
     ReplyPaused,
     ReplyResumed,
+    ReplyWords,
     ResponseDone,
     ResponseStarted,
     SpeechDiscarded,
@@ -61,7 +64,7 @@ from speech_to_speech.core.events import (
 )
 from speech_to_speech.core.messages import Transcript
 from speech_to_speech.core.queues import DEFAULT_MAXSIZE, StageQueue
-from speech_to_speech.turns.backchannel import MAX_BACKCHANNEL_WORDS, is_backchannel, is_false_start
+from speech_to_speech.turns.backchannel import MAX_BACKCHANNEL_WORDS, is_backchannel, is_echo, is_false_start
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,9 @@ RESOLVED_KEPT = 16
 #: a partial transcript with at least this many words that is not a backchannel interrupts at once
 #: (more than a backchannel has: a partial pass over a short "mm hmm" can read "and then them")
 PARTIAL_WORDS = MAX_BACKCHANNEL_WORDS + 1
+#: the words the voice played in this long before now are what its echo may repeat, s (the
+#: speech being judged, up to 30 s, plus the echo's delay)
+ECHO_MEMORY_S = 10.0
 
 
 class RepliesInFlight:
@@ -136,9 +142,15 @@ class Interruptions:
         resume_within_ms: a paused reply resumes only on a verdict within this time after
             the user started speaking or, once they stopped, after they stopped (the words
             of a short utterance need the STT's time); later, the speech interrupts it, ms.
+        hears_voice: the input can hear the assistant's voice (a speaker, a WebRTC call), so a
+            transcript of its own words is its echo; False (a file, a WebSocket client): such
+            a transcript is the user repeating them.
     """
 
-    def __init__(self, bus: EventBus, replies: RepliesInFlight, resume_within_ms: int = 1500) -> None:
+    def __init__(
+        self, bus: EventBus, replies: RepliesInFlight, resume_within_ms: int = 1500, hears_voice: bool = False
+    ) -> None:
+        self.hears_voice = hears_voice
         self.bus = bus
         self.replies = replies
         self.resume_within_s = resume_within_ms / 1000
@@ -149,6 +161,7 @@ class Interruptions:
         self._cut: set[int] = set()  # reply turns reported cut since the last barge-in
         self._timer: threading.Timer | None = None
         self._round = 0  # which pause the timer belongs to
+        self._played: collections.deque[ReplyWords] = collections.deque()  # the voice's words, oldest first
         bus.subscribe(self.on_event)
 
     # -- the VAD's question ---------------------------------------------------------------
@@ -185,8 +198,13 @@ class Interruptions:
         elif isinstance(event, EmptyTranscript):
             self._resolve(event.turn_id, "no_words", "")
         elif isinstance(event, UserTranscriptDelta):
-            if event.turn_id in self.pending and clearly_words(event.text):
+            if event.turn_id in self.pending and clearly_words(event.text) and not self.echoes(event.text):
                 self._barge_in(event.turn_id, "words", event.text)
+        elif isinstance(event, ReplyWords):
+            with self._changed:
+                self._played.append(event)
+                while self._played and self._played[0].at < event.at - ECHO_MEMORY_S:
+                    self._played.popleft()
         elif isinstance(event, (ReplyCut, ResponseDone)):
             with self._changed:
                 self._cut.add(event.turn_id)
@@ -207,10 +225,22 @@ class Interruptions:
         text = item.text
         if is_false_start(text):
             return not self._resolve(turn, "false_start", text)
+        if self.echoes(text):
+            return not self._resolve(turn, "echo", text)
         if is_backchannel(text, item.language):
             return not self._resolve(turn, "backchannel", text)
         self._barge_in(turn, "words", text, wait_s=CUT_WAIT_S)
         return True
+
+    def echoes(self, text: str) -> bool:
+        """Whether ``text`` only repeats words the voice played in the last :data:`ECHO_MEMORY_S`
+        (never when the input cannot hear the voice: see ``hears_voice``)."""
+        if not self.hears_voice:
+            return False
+        horizon = time.monotonic() - ECHO_MEMORY_S
+        with self._changed:
+            played = " ".join(words.text for words in self._played if words.at >= horizon)
+        return is_echo(text, played)
 
     # -- decisions ----------------------------------------------------------------------------
     def _open(self, turn: int, at: float) -> None:

@@ -39,6 +39,7 @@ from speech_to_speech.core.events import (
 )
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import AudioChunk, PartialSpeech, SpeechSegment
+from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.endpointer import (
     CHUNK_SAMPLES,
     DEFAULT_PAUSE_MS,
@@ -100,6 +101,8 @@ class VADConfig:
             judged within this time (from the start of the speech, or from its end once it
             ended) resumes it, anything else cancels it, ms; 0: speech cancels the reply at
             once (no pause).
+        echo_gate: where the input can hear the assistant's voice (live mode's speaker, a
+            WebRTC call), set aside what its echo explains (:mod:`speech_to_speech.turns.echo`).
     """
 
     vad_threshold: float = 0.5
@@ -115,6 +118,7 @@ class VADConfig:
     turn_threshold: float = 0.7
     turn_max_silence_ms: int = 2000
     resume_within_ms: int = 1500
+    echo_gate: bool = True
 
 
 class BaseVADHandler(BaseHandler):
@@ -139,6 +143,9 @@ class BaseVADHandler(BaseHandler):
     While speech goes on, :class:`PartialSpeech` with the audio so far is sent every
     ``partial_interval_ms`` of audio, only when the STT has nothing waiting.
 
+    With :attr:`echo` set (the user's microphone can hear the assistant's voice), each chunk's
+    score goes through the echo gate first: a chunk the voice just played can explain scores 0.
+
     With :attr:`semantic_turns` set, :meth:`setup` loads the end-of-turn model of
     ``turn_detection``; at each pause it judges the utterance first: "complete" endpoints
     at once (a plain segment, nothing to hold), "unfinished" sends the turn on
@@ -150,6 +157,7 @@ class BaseVADHandler(BaseHandler):
         speculation: where unconfirmed turns are held (None: no speculative turns).
         interruptions: the judge of speech during a reply (None: speech cancels the reply).
         semantic_turns: end turns with the model of ``config.turn_detection`` (False: on silence).
+        echo: sets aside the echo of the assistant's voice (None: the input cannot hear it).
         *args, **kwargs: the :class:`~speech_to_speech.core.handler.BaseHandler` arguments.
     """
 
@@ -161,6 +169,7 @@ class BaseVADHandler(BaseHandler):
         speculation: SpeculativeTurns | None = None,
         interruptions: Interruptions | None = None,
         semantic_turns: bool = False,
+        echo: EchoGate | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -188,6 +197,8 @@ class BaseVADHandler(BaseHandler):
         self.interruptions = interruptions
         self._turn_probability: float | None = None  # the model's last verdict on this utterance
         self._during_reply = False  # the utterance in progress paused a reply
+        #: sets aside the echo of the assistant's voice (None, the default: no echo possible)
+        self.echo = echo
 
     def setup(self) -> None:
         self.load()
@@ -235,7 +246,10 @@ class BaseVADHandler(BaseHandler):
         self._pending = np.concatenate([self._pending, np.asarray(item.samples, dtype=np.float32)])
         while len(self._pending) >= CHUNK_SAMPLES:
             chunk, self._pending = self._pending[:CHUNK_SAMPLES], self._pending[CHUNK_SAMPLES:]
-            result = self.endpointer.feed(chunk, self.speech_probability(chunk))
+            probability = self.speech_probability(chunk)  # always: the model's state follows the stream
+            if self.echo is not None:
+                probability = self.echo.filter(chunk, item.time, probability)
+            result = self.endpointer.feed(chunk, probability)
             if self.endpointer.last_chunk_was_speech:
                 self._speech_end_time = item.time
             if result == "start":

@@ -388,7 +388,10 @@ function mark(name) {
 }
 
 function microphone(deviceId) {
+  // the browser's echo canceller keeps the assistant's voice out of the microphone (the server
+  // also sets aside what is left of it); voice isolation, where the browser has it, helps too
   const audio = { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 };
+  if (navigator.mediaDevices.getSupportedConstraints().voiceIsolation) audio.voiceIsolation = true;
   if (deviceId) audio.deviceId = { exact: deviceId };
   return navigator.mediaDevices.getUserMedia({ audio });
 }

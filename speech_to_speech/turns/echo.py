@@ -1,0 +1,113 @@
+"""Speech over the assistant's own voice: which input the voice itself can explain (echo).
+
+With the user's speakers on, the microphone hears the assistant too. A browser's echo canceller
+removes most of it: on a WebRTC call through a sound server, Chromium's left nothing above -56 dB
+of the voice's level in 99 % of the 20 ms frames (``scripts/benchmark_echo.py``). Not every
+client has one (a browser asked for ``echoCancellation: false``, a speakerphone, local mode's
+microphone and speaker): there the voice came back at -15 to -5 dB of what was sent, as loud as
+speech, and Silero VAD scores it as speech. The assistant then interrupts itself ("once upon a")
+and answers its own words, over and over.
+
+The server knows what its voice played and when: a
+:class:`~speech_to_speech.speech.playback.PlaybackReference` keeps its level per 20 ms as it goes
+to the speaker (local mode) or leaves on the call's track (WebRTC). :class:`EchoGate` judges every
+32 ms chunk the VAD scores against the loudest voice played in the :data:`MAX_DELAY_S` before the
+chunk arrived: the chunk counts as speech only if its level is above the echo's, that is above
+``coupling`` × that voice level by ``margin_db``; otherwise its speech probability is 0. The
+coupling (how loud the echo comes back) is measured on the input itself (:attr:`EchoGate.coupling`).
+With a working echo canceller it is tiny and the gate lets everything through; without one, the
+user has to be louder than the voice's echo, as in a room.
+
+Measured offline on calls recorded in ``benchmark_echo.py``'s room (the frames each call sent and
+received, 90 s each, replayed through Silero VAD with and without the gate):
+speech onsets outside the user's speech fell from 41 to 0 (echo at -9 dB, no echo canceller) and
+from 38 to 2 (echo at 0 dB), with every user utterance still heard; from 1 to 0 with the canceller.
+
+:mod:`speech_to_speech.turns.interruptions` has the second check: a transcript that only repeats
+the words the voice just played is its echo, and the reply resumes.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from speech_to_speech.core.audio import rms
+from speech_to_speech.speech.playback import PlaybackReference
+
+#: the echo of what was played arrives within this after it: 220-240 ms measured on loopback
+#: (``benchmark_echo.py``: the browser's jitter buffer and playout, the sound server, the capture
+#: and the uplink), with room for a real network, s
+MAX_DELAY_S = 0.8
+#: voice quieter than this (-50 dBFS) cannot come back audibly: the gate stays open
+SILENT_RMS = 10 ** (-50 / 20)
+#: how far above the echo's level (coupling × voice) a chunk must be to count as speech, dB
+MARGIN_DB = 6.0
+#: the coupling assumed until it is measured, dB: the echo as loud as the voice (a browser's gain
+#: control raised an uncancelled echo to -1 dB of it), so the first reply does not hear itself
+PRIOR_COUPLING_DB = 0.0
+#: chunks heard with the voice playing before the measured coupling replaces the prior (0.8 s)
+LEARN_MIN_CHUNKS = 25
+#: chunks the coupling is measured over (the last 8 s with the voice playing)
+LEARN_KEPT_CHUNKS = 250
+#: the percentile of those chunks' level ratios that is the coupling: the loud end of the echo.
+#: The user's own speech over the voice stays above it: they are a few % of those chunks, since
+#: the voice pauses when the user speaks
+COUPLING_PERCENTILE = 90.0
+#: input quieter than this counts as this (a fully cancelled echo still has a finite ratio)
+FLOOR_RMS = 10 ** (-90 / 20)
+
+
+class EchoGate:
+    """Sets aside the input chunks that the assistant's voice can explain (see the module doc).
+
+    Called from the VAD's thread only.
+
+    Args:
+        reference: the voice as it was played.
+        margin_db: see :data:`MARGIN_DB`.
+    """
+
+    def __init__(self, reference: PlaybackReference, margin_db: float = MARGIN_DB) -> None:
+        self.reference = reference
+        self.margin = 10 ** (margin_db / 20)
+        self._ratios: collections.deque[float] = collections.deque(maxlen=LEARN_KEPT_CHUNKS)
+        #: chunks with a speech score that were set aside as echo, so far
+        self.rejected = 0
+
+    @property
+    def coupling(self) -> float:
+        """How loud the echo comes back: input RMS over the voice's RMS, a ratio (not dB).
+
+        The :data:`COUPLING_PERCENTILE` of the ratios of the last :data:`LEARN_KEPT_CHUNKS`
+        chunks heard with the voice playing (silence included: with an echo canceller, silence is
+        the echo); :data:`PRIOR_COUPLING_DB` until :data:`LEARN_MIN_CHUNKS` were heard.
+        """
+        if len(self._ratios) < LEARN_MIN_CHUNKS:
+            return 10 ** (PRIOR_COUPLING_DB / 20)
+        return float(np.percentile(np.fromiter(self._ratios, dtype=np.float64), COUPLING_PERCENTILE))
+
+    def filter(self, chunk: np.ndarray, arrived: float, probability: float) -> float:
+        """The speech probability of ``chunk`` with the echo set aside.
+
+        Args:
+            chunk: float32 input samples in [-1, 1] (any rate; the VAD's 32 ms chunks).
+            arrived: when the chunk reached the pipeline (monotonic s).
+            probability: the VAD's score of the chunk (0-1).
+
+        Returns:
+            ``probability``; 0.0 when the voice played within :data:`MAX_DELAY_S` before
+            ``arrived`` and the chunk is not louder than its echo by the margin.
+        """
+        played = self.reference.level(arrived - MAX_DELAY_S, arrived)
+        if played < SILENT_RMS:
+            return probability
+        ratio = max(rms(chunk), FLOOR_RMS) / played
+        threshold = self.coupling * self.margin
+        self._ratios.append(ratio)
+        if ratio >= threshold:
+            return probability
+        if probability > 0:
+            self.rejected += 1
+        return 0.0

@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import statistics
 import sys
 import tempfile
@@ -106,6 +107,8 @@ class Condition:
     browser_aec: bool
     echo_gate: bool
     trials: list[Trial] = field(default_factory=list)
+    #: why the trials stopped early (the page never settled: the assistant kept answering its echo)
+    stuck: str = ""
 
     @property
     def name(self) -> str:
@@ -121,9 +124,10 @@ class Condition:
         quiet = [t.audio_stop_ms for t in stopped if t.audio_stop_ms is not None]
         audio = f"{statistics.median(quiet):.0f}" if quiet else "-"
         echo_turns = sum(t.echo_turns for t in echoes)
+        stuck = f" | stopped after {len(interruptions)} trials: {self.stuck}" if self.stuck else ""
         return (
             f"{self.name:34} | {len(stopped)} of {len(interruptions)} stopped | {false_stops} of {len(echoes)} "
-            f"false stops | {echo_turns} echo turns | voice quiet p50 {audio} ms | cancelled p50 {delay} ms"
+            f"false stops | {echo_turns} echo turns | voice quiet p50 {audio} ms | cancelled p50 {delay} ms{stuck}"
         )
 
 
@@ -266,7 +270,13 @@ async def run_condition(condition: Condition, trials: int, echo_gain: float, wor
     async with EchoRoom.open(workdir, echo_gain, condition.browser_aec, condition.echo_gate) as room:
         for i in range(trials):
             clip, _ = trimmed(clips[i % len(clips)], workdir)
-            for trial in (await room.interruption(clip), await room.echo_alone()):
+            try:
+                done = [await room.interruption(clip), await room.echo_alone()]
+            except TimeoutError as exc:  # the assistant keeps answering its own echo: nothing settles
+                condition.stuck = str(exc)
+                print(f"  {condition.name}: trial {i + 1}: {exc}; the condition ends here", flush=True)
+                return condition
+            for trial in done:
                 condition.trials.append(trial)
                 detail = f" (heard {trial.heard!r})" if trial.kind == "interruption" else ""
                 outcome = f"{trial.status}, {trial.echo_turns} echo turns{detail}"
@@ -280,7 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--echo_gain", type=float, default=0.7, help="echo volume (PulseAudio, 1.0 = 100 %%)")
     parser.add_argument("--browser_aec", choices=("on", "off", "both"), default="both")
     parser.add_argument("--echo_gate", choices=("on", "off", "both"), default="both")
+    parser.add_argument("--debug", action="store_true", help="log what the echo gate sets aside")
     args = parser.parse_args(argv)
+    if args.debug:
+        logging.basicConfig(format="%(relativeCreated)8.0f %(message)s")
+        logging.getLogger("speech_to_speech.turns.echo").setLevel(logging.DEBUG)
+        logging.getLogger("speech_to_speech.turns.interruptions").setLevel(logging.INFO)
     choose = {"on": [True], "off": [False], "both": [True, False]}
     conditions = [Condition(aec, gate) for aec in choose[args.browser_aec] for gate in choose[args.echo_gate]]
     per = f"{args.trials} interruptions and {args.trials} stories alone per condition"

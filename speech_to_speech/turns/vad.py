@@ -248,7 +248,7 @@ class BaseVADHandler(BaseHandler):
             chunk, self._pending = self._pending[:CHUNK_SAMPLES], self._pending[CHUNK_SAMPLES:]
             probability = self.speech_probability(chunk)  # always: the model's state follows the stream
             if self.echo is not None:
-                probability = self.echo.filter(chunk, item.time, probability)
+                probability = self.echo.filter(chunk, item.time, probability, self.endpointer.in_speech)
             result = self.endpointer.feed(chunk, probability)
             if self.endpointer.last_chunk_was_speech:
                 self._speech_end_time = item.time

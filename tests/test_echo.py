@@ -1,0 +1,239 @@
+"""The assistant's own voice heard back by the microphone (echo), without models: the playback
+reference, the VAD's echo gate, the judge's echo check, and where the pipeline wires them.
+The browser in a room with a real echo is ``tests/test_browser_echo.py``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from speech_to_speech.core.audio import CHUNK_SAMPLES, SAMPLE_RATE
+from speech_to_speech.core.cancel import Gate
+from speech_to_speech.core.events import (
+    BargeIn,
+    EventBus,
+    ReplyResumed,
+    ReplyWords,
+    ResponseStarted,
+    SpeechStarted,
+    UserTranscriptDelta,
+)
+from speech_to_speech.core.messages import END_OF_STREAM, AudioChunk, EndOfResponse, Transcript
+from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.pipeline.builder import SESSION, Ends, build
+from speech_to_speech.pipeline.cli import parse_args
+from speech_to_speech.realtime.media import OutputAudioBuffer
+from speech_to_speech.speech.playback import REFERENCE_BLOCK_S, PlaybackReference
+from speech_to_speech.turns.backchannel import is_echo
+from speech_to_speech.turns.echo import LEARN_MIN_CHUNKS, MAX_DELAY_S, EchoGate
+from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
+from speech_to_speech.turns.vad import BaseVADHandler
+from tests.fakes import FakeVAD, RecordingSink
+from tests.helpers import responses_api_flags, wait_until
+from tests.test_playback import audio, rig_factory  # noqa: F401 (rig_factory: a fixture)
+from tests.test_vad_endpointer import CONFIG
+
+STORY = "Once upon a time there was a small village by the sea. Every morning the fishermen rowed out."
+RNG = np.random.default_rng(7)
+
+
+def noise(level: float, samples: int = CHUNK_SAMPLES) -> np.ndarray:
+    """Gaussian noise of RMS ``level`` (float32)."""
+    return (RNG.standard_normal(samples) * level).astype(np.float32)
+
+
+def voice(reference: PlaybackReference, seconds: float, level: float, start: float) -> None:
+    """The assistant's voice played from ``start`` for ``seconds`` at RMS ``level``."""
+    reference.add(noise(level, round(seconds * SAMPLE_RATE)), SAMPLE_RATE, start)
+
+
+def feed(gate: EchoGate, chunks: list[np.ndarray], start: float, probability: float = 0.9) -> list[float]:
+    """The gate's scores of 32 ms chunks arriving one after another from ``start``."""
+    step = CHUNK_SAMPLES / SAMPLE_RATE
+    return [gate.filter(chunk, start + i * step, probability) for i, chunk in enumerate(chunks)]
+
+
+# -- the playback reference ----------------------------------------------------------------------------
+def test_the_reference_keeps_the_voice_level_per_block_and_when_it_played() -> None:
+    reference = PlaybackReference()
+    reference.add(np.full(SAMPLE_RATE // 2, 0.1, dtype=np.float32), SAMPLE_RATE, start=100.0)
+    reference.add(np.full(SAMPLE_RATE // 2, 0.4, dtype=np.float32), SAMPLE_RATE, start=100.5)
+    assert reference.level(100.0, 100.4) == pytest.approx(0.1)
+    assert reference.level(100.0, 101.0) == pytest.approx(0.4)
+    assert reference.level(101.0 + REFERENCE_BLOCK_S, 102.0) == 0.0  # nothing played then
+    assert reference.level(99.0, 99.9) == 0.0
+    reference.add(np.zeros(160, dtype=np.float32), SAMPLE_RATE, start=200.0)  # much later
+    assert reference.level(100.0, 101.0) == 0.0, "levels older than a few seconds are let go"
+
+
+def test_the_webrtc_track_records_the_voice_as_it_leaves() -> None:
+    reference = PlaybackReference()
+    media = OutputAudioBuffer(rate=48_000, reference=reference)
+    before = time.monotonic()
+    media.next_frame()  # nothing queued: silence leaves, no voice
+    assert reference.level(before - 1, time.monotonic() + 1) == 0.0
+    media.push(np.full(960 * 3, 0.25, dtype=np.float32))
+    media.next_frame()
+    assert reference.level(before - 1, time.monotonic() + 1) == pytest.approx(0.25)
+
+
+# -- the echo gate -----------------------------------------------------------------------------------------
+def test_no_voice_within_the_echo_delay_leaves_every_score_alone() -> None:
+    reference = PlaybackReference()
+    gate = EchoGate(reference)
+    assert feed(gate, [noise(0.05)] * 3, start=50.0) == [0.9, 0.9, 0.9]
+    voice(reference, 1.0, 0.1, start=50.0)
+    later = 51.0 + MAX_DELAY_S + 0.05  # the voice ended longer ago than any echo takes
+    assert feed(gate, [noise(0.001)] * 3, start=later) == [0.9, 0.9, 0.9]
+
+
+def test_an_uncancelled_echo_is_set_aside_and_the_user_over_it_is_heard() -> None:
+    reference, now = PlaybackReference(), 10.0
+    voice(reference, 4.0, 0.1, start=now)
+    gate = EchoGate(reference)
+    # 2 s of the voice coming back at -9 dB (an echo with no canceller): never speech
+    echo = [noise(0.1 * 0.35) for _ in range(62)]
+    assert set(feed(gate, echo, start=now + 0.25)) == {0.0}
+    assert gate.rejected == len(echo)
+    assert 0.2 < gate.coupling < 0.5, gate.coupling
+    # the user talks over it as loud as the voice: heard
+    user = [noise(0.1 * 0.35) + noise(0.1) for _ in range(5)]
+    assert feed(gate, user, start=now + 2.3) == [0.9] * 5
+
+
+def test_with_an_echo_canceller_even_quiet_speech_over_the_voice_is_heard() -> None:
+    reference, now = PlaybackReference(), 20.0
+    voice(reference, 4.0, 0.1, start=now)
+    gate = EchoGate(reference)
+    cancelled = [noise(1e-5) for _ in range(LEARN_MIN_CHUNKS + 10)]  # what AEC3 leaves of the voice
+    feed(gate, cancelled, start=now + 0.25, probability=0.0)
+    assert gate.coupling < 1e-3
+    assert feed(gate, [noise(0.005)], start=now + 1.5) == [0.9]  # speech 26 dB under the voice
+
+
+def test_before_the_echo_is_measured_the_voice_itself_is_the_bar() -> None:
+    reference, now = PlaybackReference(), 30.0
+    voice(reference, 1.0, 0.1, start=now)
+    gate = EchoGate(reference)
+    assert feed(gate, [noise(0.09)], start=now + 0.1) == [0.0]  # as loud as the voice: could be its echo
+    assert feed(gate, [noise(0.3)], start=now + 0.2) == [0.9]  # 10 dB louder than the voice: the user
+
+
+def test_the_users_speech_does_not_teach_the_gate_the_echo_is_loud() -> None:
+    reference, now = PlaybackReference(), 40.0
+    voice(reference, 4.0, 0.1, start=now)
+    gate = EchoGate(reference)
+    feed(gate, [noise(1e-5) for _ in range(LEARN_MIN_CHUNKS + 10)], start=now, probability=0.0)
+    quiet = gate.coupling
+    step = CHUNK_SAMPLES / SAMPLE_RATE
+    for i in range(60):  # an utterance over the voice, 2 s
+        gate.filter(noise(0.1), now + 1.2 + i * step, 0.9, in_speech=True)
+    assert gate.coupling == quiet
+
+
+def test_the_vad_asks_the_gate_about_every_chunk() -> None:
+    reference, now = PlaybackReference(), time.monotonic()
+    voice(reference, 3.0, 1.0, start=now - 1.0)
+    gate, bus, events = Gate(), EventBus(), []
+    bus.subscribe(events.append)
+    inq, outq = StageQueue(64), StageQueue(64)
+    vad = FakeVAD(threading.Event(), inq, outq, gate, bus, config=CONFIG, name="vad:fake", echo=EchoGate(reference))
+    # FakeVAD scores a chunk by its first sample: 0.9 everywhere, an RMS of 0.9 (under the voice's 1.0)
+    for i in range(20):
+        inq.put(AudioChunk(np.full(CHUNK_SAMPLES, 0.9, dtype=np.float32), SAMPLE_RATE, now, i * CHUNK_SAMPLES))
+    inq.put(END_OF_STREAM)
+    vad.start()
+    vad.join(5)
+    assert not [e for e in events if isinstance(e, SpeechStarted)], "the echo started a turn"
+    assert vad.echo is not None and vad.echo.rejected == 20
+
+
+# -- the words: is_echo and the judge ----------------------------------------------------------------------
+@pytest.mark.parametrize("heard", ["Once a pot.", "Once upon a time.", "the fishermen rowed out", "Sure. Go ahead."])
+def test_a_transcript_of_the_voices_own_words_is_its_echo(heard: str) -> None:
+    assert is_echo(heard, STORY + " Sure, go ahead.")
+
+
+@pytest.mark.parametrize(
+    "heard",
+    [
+        "And Mr. John Dashwood had then leisure to consider how much there might be prudently in his power.",
+        "Wait, stop.",
+        "What about the city?",
+        "",
+    ],
+)
+def test_other_words_are_not(heard: str) -> None:
+    assert not is_echo(heard, STORY)
+    assert not is_echo("Once upon a time.", "")
+
+
+@pytest.fixture
+def judge() -> Any:
+    made: list[Interruptions] = []
+
+    def make(hears_voice: bool) -> tuple[Interruptions, EventBus, Gate, list[Any]]:
+        bus, gate, events = EventBus(), Gate(), []
+        bus.subscribe(events.append)
+        interruptions = Interruptions(bus, RepliesInFlight(bus), 60_000, hears_voice=hears_voice)
+        reply = gate.new_turn_stamp().turn_id
+        bus.publish(ResponseStarted(reply))
+        bus.publish(ReplyWords(reply, text=STORY, at=time.monotonic()))
+        made.append(interruptions)
+        return interruptions, bus, gate, events
+
+    yield make
+    for interruptions in made:
+        interruptions.close()
+
+
+def test_an_echo_of_the_reply_resumes_it_where_the_input_hears_the_voice(judge: Callable[..., Any]) -> None:
+    interruptions, bus, gate, events = judge(hears_voice=True)
+    turn = gate.new_turn_stamp().turn_id
+    bus.publish(SpeechStarted(turn, pauses_reply=True))
+    bus.publish(UserTranscriptDelta(turn, text="Once upon a time there"))  # a long partial of the echo
+    assert not [e for e in events if isinstance(e, BargeIn)]
+    queue = JudgedTranscripts(interruptions, 4)
+    assert not queue.put_unless_stopped(Transcript(gate.stamp(turn), "Once upon a time.", "en"), threading.Event())
+    assert [(e.reason, e.text) for e in events if isinstance(e, ReplyResumed)] == [("echo", "Once upon a time.")]
+
+
+def test_where_the_input_cannot_hear_the_voice_the_same_words_interrupt(judge: Callable[..., Any]) -> None:
+    interruptions, bus, gate, events = judge(hears_voice=False)
+    turn = gate.new_turn_stamp().turn_id
+    bus.publish(SpeechStarted(turn, pauses_reply=True))
+    queue = JudgedTranscripts(interruptions, 4)
+    assert queue.put_unless_stopped(Transcript(gate.stamp(turn), "Once upon a time?", "en"), threading.Event())
+    assert [e.reason for e in events if isinstance(e, BargeIn)] == ["words"]
+
+
+def test_the_sink_publishes_the_words_as_their_audio_plays(rig_factory: Callable[..., Any]) -> None:  # noqa: F811
+    rig = rig_factory(RecordingSink, sample_rate=16_000)
+    rig.sink.start()
+    stamp = rig.gate.new_turn_stamp()
+    rig.feed(audio(stamp, 0.2, text="Once upon a time. "), audio(stamp, 0.2), EndOfResponse(stamp, text="x"))
+    assert wait_until(lambda: bool(rig.log.of(ReplyWords)), 10)
+    rig.finish()
+    (words,) = rig.log.of(ReplyWords)
+    assert words.text == "Once upon a time. " and words.at == pytest.approx(rig.sink.writes[0].start)
+
+
+# -- where the pipeline wires them ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("playback", "flag", "gated"), [(True, "true", True), (True, "false", False), (False, "true", False)]
+)
+def test_the_vad_gets_the_gate_only_where_the_sink_has_a_reference(playback: bool, flag: str, gated: bool) -> None:
+    backends = ["--stt", "fake-stt", "--tts", "fake-tts", *responses_api_flags("http://127.0.0.1:9/v1")]
+    args = parse_args([*backends, "--echo_gate", flag])
+    ends = Ends(lambda q, shared: RecordingSink(input_queue=q, sample_rate=24_000, **shared.kwargs), source=None)
+    if playback:
+        ends = Ends(ends.sink, source=None, playback=PlaybackReference())
+    pipeline = build(args, ends, SESSION)
+    vad = pipeline.stage("vad", BaseVADHandler)
+    assert (vad.echo is not None) is gated
+    assert pipeline.interruptions is not None and pipeline.interruptions.hears_voice is gated

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -116,6 +117,22 @@ def test_session_events_become_the_metrics() -> None:
     assert 's2s_responses_total{status="completed",transport="websocket"} 1.0' in text
     if "process_resident_memory_bytes" in text:  # prometheus-client's process collector (Linux)
         assert value("process_resident_memory_bytes") > 10e6
+
+
+def test_every_histogram_has_distinct_increasing_buckets() -> None:
+    """Each series' ``le`` bounds, as scraped, rise strictly (a repeated bound is a duplicate sample)."""
+    metrics = ServerMetrics()
+    bus = EventBus()
+    metrics.session("websocket", bus)
+    conversation(bus)
+    bounds: dict[str, list[float]] = {}
+    for line in metrics.exposition().decode().splitlines():
+        match = re.match(r'(s2s_\w+)_bucket\{(.*)le="([^"]+)"', line)
+        if match:
+            bounds.setdefault(match.group(1) + match.group(2), []).append(float(match.group(3)))
+    assert "s2s_llm_engine_wait_seconds" in bounds and len(bounds) > 5
+    for series, les in bounds.items():
+        assert les == sorted(set(les)), (series, les)
 
 
 def test_two_servers_do_not_share_counters() -> None:

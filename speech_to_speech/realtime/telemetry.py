@@ -75,7 +75,7 @@ class ServerMetrics:
         self.engine_wait = Histogram(
             "s2s_llm_engine_wait_seconds",
             "Wait for the in-process LLM engine shared by all sessions, s",
-            buckets=(0.001, 0.01, 0.05, *LATENCY_BUCKETS_S),
+            buckets=(0.001, 0.01, *LATENCY_BUCKETS_S),  # LATENCY_BUCKETS_S begins at 0.05
             registry=r,
         )
         self.sessions = Gauge("s2s_sessions_active", "Sessions running now", ["transport"], registry=r)

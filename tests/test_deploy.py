@@ -111,3 +111,28 @@ def test_the_caddyfile_is_valid() -> None:
     config = json.loads(result.stdout)
     route = json.dumps(config["apps"]["http"])
     assert '"s2s-replica"' in route and '"/metrics"' in route
+
+
+@pytest.mark.parametrize(("profile", "replica", "llm"), [("cpu", "s2s", "llm-cpu"), ("gpu", "s2s-gpu", "llm-gpu")])
+def test_the_compose_file_is_valid_for_each_profile(profile: str, replica: str, llm: str, tmp_path: Path) -> None:
+    """``docker-compose config`` (Debian's 1.29, which needs no Docker daemon) on the compose file:
+    both profiles resolve, with the proxy, Prometheus, Grafana and that profile's LLM server.
+    1.29 predates the top-level ``name:`` key (Compose v2 reads it), so a copy without it is checked."""
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+    text = (ROOT / "compose.yaml").read_text()
+    copy = tmp_path / "compose.yaml"
+    copy.write_text(re.sub(r"(?m)^name: .*$", "", text))
+    for path in ("Dockerfile", "Dockerfile.cuda", "deploy"):
+        (tmp_path / path).symlink_to(ROOT / path)
+    result = subprocess.run(
+        [compose, "--profile", profile, "-f", str(copy), "config", "--services"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    services = set(result.stdout.split())
+    assert services == {replica, llm, "proxy", "prometheus", "grafana"}, services

@@ -43,12 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT))
+import bench_common  # noqa: F401 (puts the repository on sys.path)
 from benchmark_live import FRAME_MS, Recording, SoundServer, missing_tools, sound_frames, trimmed
 
 from tests.cdp import Chromium, find_chromium
+from tests.helpers import responses_api_flags
 from tests.realtime_harness import InProcessServer
 from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
 from tests.speech_utils import librivox_clips
@@ -160,8 +159,7 @@ class EchoRoom:
         server: InProcessServer | None = None
         browser: Chromium | None = None
         try:
-            flags = ("--llm_backend", "responses-api", "--responses_api_base_url", provider.base_url)
-            flags += ("--model_name", "story", "--echo_gate", str(echo_gate).lower())
+            flags = (*responses_api_flags(provider.base_url, "story"), "--echo_gate", str(echo_gate).lower())
             server = await asyncio.to_thread(InProcessServer(*flags).start)
             profile = workdir / f"profile-{time.monotonic_ns()}"
             browser = Chromium(binary, profile, ["--use-fake-ui-for-media-stream"], mute_audio=False, env=sound.env)

@@ -235,10 +235,12 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
     # replies in flight: one cancelled before any of its audio was played leaves no text in history
     replies = RepliesInFlight(shared.bus) if turn_taking else None
     # speech during a reply pauses it; its transcript is judged on its way to the LLM
+    # the input can hear the sink's voice: the VAD sets its echo aside and the judge knows its words
+    echo_reference = ends.playback if args.echo_gate else None
     judge = features.interruption_judge and args.interrupt_response and args.resume_within_ms > 0
     interruptions = None
     if judge and replies is not None:
-        hears_voice = ends.playback is not None and args.echo_gate
+        hears_voice = echo_reference is not None
         interruptions = Interruptions(shared.bus, replies, args.resume_within_ms, hears_voice=hears_voice)
     names = ("audio", "segments") if ends.speech_input else ()
     queues = {
@@ -270,7 +272,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
             speculation=speculation,
             interruptions=interruptions,
             semantic_turns=features.smart_turn,
-            echo=EchoGate(ends.playback) if ends.playback is not None and args.echo_gate else None,
+            echo=EchoGate(echo_reference) if echo_reference is not None else None,
         )
         stages["stt"] = model_stage("stt", "segments", "transcripts", speculation=speculation)
     prefetch = PrefetchCoordinator() if features.prefetch else None

@@ -113,7 +113,8 @@ class PlaybackReference:
 
     def add(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Record float32 mono ``samples`` at ``sample_rate`` Hz that play (or leave) from ``start``
-        (monotonic s); silence counts too (it is what makes the voice stop)."""
+        (monotonic s), in time order; silence may be recorded or left out (a window's loudest
+        block is what counts)."""
         block = max(1, round(REFERENCE_BLOCK_S * sample_rate))
         levels = [(start + i / sample_rate, rms(samples[i : i + block])) for i in range(0, len(samples), block)]
         with self._lock:
@@ -124,8 +125,14 @@ class PlaybackReference:
 
     def level(self, since: float, until: float) -> float:
         """The loudest block (RMS) of the voice played between ``since`` and ``until`` (monotonic s)."""
+        loudest = 0.0
         with self._lock:
-            return max((level for at, level in self._blocks if since <= at <= until), default=0.0)
+            for at, level in reversed(self._blocks):  # newest first: the windows asked for are recent
+                if at < since:
+                    break
+                if at <= until:
+                    loudest = max(loudest, level)
+        return loudest
 
 
 class PacedAudioSink(BaseHandler):

@@ -33,8 +33,8 @@ the words the voice just played is its echo, and the reply resumes.
 
 from __future__ import annotations
 
-import collections
 import logging
+import math
 
 import numpy as np
 
@@ -79,7 +79,8 @@ class EchoGate:
     def __init__(self, reference: PlaybackReference, margin_db: float = MARGIN_DB) -> None:
         self.reference = reference
         self.margin = 10 ** (margin_db / 20)
-        self._ratios: collections.deque[float] = collections.deque(maxlen=LEARN_KEPT_CHUNKS)
+        self._ratios = np.zeros(LEARN_KEPT_CHUNKS, dtype=np.float64)  # a ring: the last ones measured
+        self._measured = 0  # ratios written so far (the ring holds the last LEARN_KEPT_CHUNKS)
         #: chunks with a speech score that were set aside as echo, so far
         self.rejected = 0
 
@@ -92,9 +93,14 @@ class EchoGate:
         an echo canceller, silence is the echo); :data:`PRIOR_COUPLING_DB` until
         :data:`LEARN_MIN_CHUNKS` were heard.
         """
-        if len(self._ratios) < LEARN_MIN_CHUNKS:
+        count = min(self._measured, LEARN_KEPT_CHUNKS)
+        if count < LEARN_MIN_CHUNKS:
             return 10 ** (PRIOR_COUPLING_DB / 20)
-        return float(np.percentile(np.fromiter(self._ratios, dtype=np.float64), COUPLING_PERCENTILE))
+        # np.percentile's linear interpolation, from a partial sort (this runs for every chunk)
+        position = (count - 1) * COUPLING_PERCENTILE / 100
+        low, high = math.floor(position), math.ceil(position)
+        ratios = np.partition(self._ratios[:count], (low, high))
+        return float(ratios[low] + (ratios[high] - ratios[low]) * (position - low))
 
     def filter(self, chunk: np.ndarray, arrived: float, probability: float, in_speech: bool = False) -> float:
         """The speech probability of ``chunk`` with the echo set aside.
@@ -117,17 +123,17 @@ class EchoGate:
         ratio = max(rms(chunk), FLOOR_RMS) / played
         threshold = self.coupling * self.margin
         if not in_speech:
-            self._ratios.append(ratio)
+            self._ratios[self._measured % LEARN_KEPT_CHUNKS] = ratio
+            self._measured += 1
         if ratio >= threshold:
             return probability
         if probability > 0:
             self.rejected += 1
             if logger.isEnabledFor(logging.DEBUG):
-                db = lambda x: 20 * np.log10(max(x, 1e-12))  # noqa: E731
                 logger.debug(
                     "echo: set aside p=%.2f at %.1f dB of the voice (bar %.1f dB)",
                     probability,
-                    db(ratio),
-                    db(threshold),
+                    20 * math.log10(ratio),
+                    20 * math.log10(threshold),
                 )
         return 0.0

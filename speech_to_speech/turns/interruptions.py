@@ -200,7 +200,7 @@ class Interruptions:
         elif isinstance(event, UserTranscriptDelta):
             if event.turn_id in self.pending and clearly_words(event.text) and not self.echoes(event.text):
                 self._barge_in(event.turn_id, "words", event.text)
-        elif isinstance(event, ReplyWords):
+        elif isinstance(event, ReplyWords) and self.hears_voice:
             with self._changed:
                 self._played.append(event)
                 while self._played and self._played[0].at < event.at - ECHO_MEMORY_S:

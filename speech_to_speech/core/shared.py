@@ -117,6 +117,18 @@ def _any_alive(idents: Collection[int]) -> bool:
     return bool(idents) and any(thread.ident in idents for thread in threading.enumerate())
 
 
+def wait_for_threads(idents: Collection[int], timeout_s: float = 10.0) -> bool:
+    """Wait until none of the threads ``idents`` (thread idents) is alive, at most ``timeout_s`` s.
+
+    Returns:
+        True if they all ended in time.
+    """
+    deadline = time.monotonic() + timeout_s
+    while _any_alive(idents) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _any_alive(idents)
+
+
 def release_memory(threads: Collection[int] = (), timeout_s: float = 10.0) -> int:
     """Free unreachable objects now and return free heap memory to the system (after a session
     closed). On glibc, ``malloc_trim(0)`` releases free pages of every malloc arena; elsewhere only
@@ -131,9 +143,7 @@ def release_memory(threads: Collection[int] = (), timeout_s: float = 10.0) -> in
     Returns:
         The number of unreachable objects found.
     """
-    deadline = time.monotonic() + timeout_s
-    while _any_alive(threads) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_threads(threads, timeout_s)
     global _malloc_trim
     found = gc.collect()
     if _malloc_trim is None:

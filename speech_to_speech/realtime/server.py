@@ -28,7 +28,7 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from speech_to_speech.core.shared import freeze_loaded, limit_malloc_arenas, release_memory
+from speech_to_speech.core.shared import freeze_loaded, limit_malloc_arenas, release_memory, wait_for_threads
 from speech_to_speech.realtime.http import CALLS_PATH, CallRefused, HTTPConnection, HTTPRoutes
 from speech_to_speech.realtime.protocol import error_event
 from speech_to_speech.realtime.service import OriginPolicy, ServiceRoutes
@@ -197,7 +197,12 @@ class RealtimeServer:
             # call may outlive close()'s join
             threads = session_threads(session.id)
             del session
-            await loop.run_in_executor(None, release_memory, threads)
+            await loop.run_in_executor(None, wait_for_threads, threads)
+            # what those threads handed to this loop last (an event, a response's release) holds
+            # the session until it has run, as the executor's finished work item does until its
+            # worker drops it: a short pause lets both go before the collection
+            await asyncio.sleep(0.05)
+            await loop.run_in_executor(None, release_memory)
 
     async def handle(self, connection: ServerConnection) -> None:
         """Run one WebSocket client's session until it disconnects."""

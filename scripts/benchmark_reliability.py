@@ -42,8 +42,9 @@ Phases (``--phases``, default all, in this order):
    reply, a reply that is only a tool call. Each case is one typed turn with a spoken reply, then
    a normal turn (for the tool call: its output, then ``response.create``). Figures per case:
    ``response.done`` count for the failing response (goal: exactly 1), its status, what was spoken
-   (goal: a spoken line: some audio with its transcript; for the tool call, the follow-up), time
-   to ``response.done``, and whether the next turn was answered (goal: yes).
+   (goal: a spoken line: some audio with its transcript; for the tool call, the follow-up), the
+   longest silence from the user's message to the end of that audio (goal: <= 10 s), time to
+   ``response.done``, and whether the next turn was answered (goal: yes).
 5. **concurrency**: 1, 2 and 4 (``--levels``) simultaneous sessions on real speech (LibriVox clips
    at real-time pace), ``--rounds`` rounds per level. Figures: voice-to-voice p50/p90 per level
    (``input_audio_buffer.speech_stopped`` received -> first ``response.output_audio.delta`` of the
@@ -59,7 +60,10 @@ provider fault one response.done and a spoken line, the next turn answered (firs
 0.2 s for the failures, 6.3 s for a stall before the first token, 0.6 s for a stall after it:
 the sentence before the stall, then the apology at 20 s); voice-to-voice p50/p90 491/573 ms
 (1 session), 676/1083 ms (2), 807/1102 ms (4), the fifth client refused with
-max_sessions_reached and close code 1013.
+max_sessions_reached and close code 1013. With ``--next_token_timeout_s`` (default 5 s), faults
+again (2026-12-02, 2 shared cores, load 3-5, ``--phases faults --seed 9137``): a stall after the
+first token now has its apology 5 s after its last token, longest silence 4.3 s and done at
+9.3 s (before: 19.6 s and 24.6 s); a stall before it 6.8 s of silence; the others at most 1.2 s.
 
 RSS and threads are the server process's (psutil), read once the server has settled (sessions
 closed), after two priming sessions on the scripted server (first inferences, and the event loop's
@@ -108,6 +112,8 @@ LOOPBACK = "127.0.0.1"
 WAIT_S = 60.0
 #: a stalled provider stalls this long (far beyond every time-out of the server), s
 STALL_S = 120.0
+#: the longest a provider fault may leave the user in silence before something is said, s (issue 30)
+MAX_SILENCE_S = 10.0
 #: close code of a full server, and of a frame over the size limit
 CLOSE_TRY_AGAIN_LATER, CLOSE_MESSAGE_TOO_BIG = 1013, 1009
 #: silence after a spoken clip so that the server's VAD ends the turn, s
@@ -290,6 +296,18 @@ def spoken_text(events: list[dict[str, Any]], rid: str) -> tuple[float, str]:
         if e.get("type") == "response.output_audio_transcript.delta" and e.get("response_id") == rid
     )
     return audio, words.strip()
+
+
+def longest_silence(log: EventLog, rids: set[str], since: int, began: float) -> float:
+    """The longest stretch, s, from ``began`` to the end of the last audio of responses ``rids``
+    in which none of their audio played: each audio delta (24 kHz pcm16) plays from its receipt, or
+    right after the audio before it when that still plays (as a client's player does)."""
+    playing_until, longest = began, 0.0
+    for event, at in zip(log.events[since:], log.times[since:], strict=True):
+        if event.get("type") == "response.output_audio.delta" and event.get("response_id") in rids:
+            longest = max(longest, at - playing_until)
+            playing_until = max(at, playing_until) + len(base64.b64decode(event["delta"])) / 2 / 24_000
+    return longest
 
 
 def first_audio_after(log: EventLog, rid: str, since: int, began: float) -> float | None:
@@ -733,6 +751,7 @@ class FaultResult:
     transcript: str = ""
     first_audio_s: float | None = None
     done_s: float | None = None
+    silence_s: float | None = None
     next_ok: bool = False
     error: str | None = None
 
@@ -761,7 +780,8 @@ async def fault_case(target: Target, provider: ResponsesServer, name: str, reply
         result.status = done["response"]["status"]
         result.spoken_s, result.transcript = spoken_text(session.log.events[since:], rid)
         result.first_audio_s = first_audio_after(session.log, rid, since, began)
-        since = len(session.log.events)
+        result.silence_s = longest_silence(session.log, {rid}, since, began)
+        asked, since = since, len(session.log.events)
         if tool_only:
             calls = [o for o in done["response"]["output"] if o.get("type") == "function_call"]
             if not calls:
@@ -774,6 +794,7 @@ async def fault_case(target: Target, provider: ResponsesServer, name: str, reply
             after = await session.done(created["response"]["id"], since)
             result.spoken_s, result.transcript = spoken_text(session.log.events[since:], created["response"]["id"])
             result.first_audio_s = first_audio_after(session.log, created["response"]["id"], since, began)
+            result.silence_s = longest_silence(session.log, {rid, created["response"]["id"]}, asked, began)
         else:
             after = await session.typed_turn("And now?")
         result.next_ok = after is not None and after["response"]["status"] == "completed"
@@ -941,8 +962,8 @@ def report_faults(results: list[FaultResult], report: Report) -> None:
     rows = []
     for r in results:
         said = f"{r.spoken_s:.1f} s: {r.transcript[:48]}" if r.spoken_s else "nothing"
-        first, done = cell(r.first_audio_s, 2), cell(r.done_s, 2)
-        rows.append([r.name, str(r.dones), r.status, said, first, done, "yes" if r.next_ok else "no"])
+        first, done, silence = cell(r.first_audio_s, 2), cell(r.done_s, 2), cell(r.silence_s, 2)
+        rows.append([r.name, str(r.dones), r.status, said, first, silence, done, "yes" if r.next_ok else "no"])
         ok = r.error is None and r.dones == 1 and r.spoken_s > 0 and bool(r.transcript) and r.next_ok
         report.add(
             f"fault {r.name}",
@@ -950,11 +971,15 @@ def report_faults(results: list[FaultResult], report: Report) -> None:
             "1 done, spoken, next ok",
             ok,
         )
+        quiet = r.silence_s is not None and r.silence_s <= MAX_SILENCE_S
+        report.add(f"fault {r.name}: longest silence", f"{silence} s", f"<= {MAX_SILENCE_S:g} s", quiet)
         if r.error:
             report.notes.append(f"fault {r.name}: {r.error}")
-    print_table(["fault", "response.done", "status", "spoken", "first audio s", "done s", "next turn"], rows)
+    header = ["fault", "response.done", "status", "spoken", "first audio s", "longest silence s", "done s", "next turn"]
+    print_table(header, rows)
     print("(times from the user's message; tool call only: what was spoken is the follow-up, after the call's")
-    print("output was sent, and its first audio is counted from the user's message too)")
+    print("output was sent, and its first audio is counted from the user's message too; longest silence: from")
+    print("the user's message to the end of the reply's audio, the longest stretch with none of it playing)")
 
 
 def report_concurrency(r: ConcurrencyResult, max_sessions: int, report: Report) -> None:

@@ -6,7 +6,7 @@ Two parts (``--part accuracy``, ``--part prefetch`` or both, the default):
 **(a) accuracy** of the local tool path: a local backend (``--llm_backend``, default the default
 ``llama-cpp``, which offers tools through the model's own chat template and reads JSON calls;
 ``transformers``/``mlx-lm`` use ``<code>`` blocks) with its embedded default model
-(Qwen2.5-Coder-0.5B-Instruct; ``--llm_model`` picks another) and the sample tools of
+(Qwen2.5-Coder-1.5B-Instruct; ``--llm_model`` picks another, e.g. ``qwen2.5-coder-0.5b``) and the sample tools of
 ``scripts/sample_tools.py`` (``get_time``, ``add``), on a fixed set of prompts: ten that need a tool
 and three that must not call one. Each prompt is a fresh conversation, answered in voice mode
 (the voice system prompt) and, with ``--modes voice,text``, also in text mode. A prompt passes

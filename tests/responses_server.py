@@ -1,8 +1,8 @@
 """A small scriptable OpenAI Responses API server for tests (stdlib only).
 
-It also answers ``POST /v1/chat/completions`` with the text of the script's reply (one
-``chat.completion``, or ``chat.completion.chunk`` SSE events when streamed), enough to check
-what the ``chat-completions`` backend sends.
+It also answers ``POST /v1/chat/completions`` with the script's reply, its text then its calls
+as ``tool_calls`` (one ``chat.completion``, or ``chat.completion.chunk`` SSE events when
+streamed), enough to drive the ``chat-completions`` backend.
 
 It serves ``POST /v1/responses`` on loopback, either as one JSON ``Response`` object
 (``stream`` false) or as a Server-Sent Events stream in the real Responses format
@@ -257,27 +257,41 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client gave up (e.g. its timeout)
 
     def _chat_completion(self, body: dict[str, Any], reply: Reply) -> None:
-        """The reply's text as a Chat Completions answer (text only: the script's calls are left out)."""
+        """The reply as a Chat Completions answer: its text, then its calls as ``tool_calls`` (one
+        ``chat.completion``, or ``chat.completion.chunk`` SSE events when streamed: the text deltas,
+        then each call's name and its arguments, then the finish reason and, when asked, the usage)."""
         texts = [chunk for item in reply.output if isinstance(item, Text) for chunk in item.chunks]
+        calls = [item for item in reply.output if isinstance(item, Call)]
+        finish = "tool_calls" if calls else "stop"
         base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": body.get("model")}
+        prompt, completion = reply.usage or (0, 0)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         if not body.get("stream"):
-            message = {"role": "assistant", "content": "".join(texts)}
-            choice = {"index": 0, "message": message, "finish_reason": "stop"}
-            self._send_json(200, {**base, "object": "chat.completion", "choices": [choice]})
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+            if calls:
+                message["tool_calls"] = [
+                    {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in calls
+                ]
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            self._send_json(200, {**base, "object": "chat.completion", "choices": [choice], "usage": usage})
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        deltas = [{"role": "assistant", "content": ""}, *({"content": text} for text in texts)]
-        for index, delta in enumerate([*deltas, {}]):
-            finish = "stop" if index == len(deltas) else None
-            chunk = {
-                **base,
-                "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}, *({"content": t} for t in texts)]
+        for index, call in enumerate(calls):
+            named = {"index": index, "id": call.call_id, "type": "function"}
+            deltas.append({"tool_calls": [{**named, "function": {"name": call.name, "arguments": ""}}]})
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]})
+        chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage") and reply.usage is not None:
+            chunks.append({"choices": [], "usage": usage})
+        for chunk in chunks:
+            data = json.dumps({**base, "object": "chat.completion.chunk", **chunk})
+            self._chunk(f"data: {data}\n\n".encode())
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 

@@ -286,15 +286,15 @@ def test_help_names_the_system_prompt_and_exit_codes() -> None:
 def test_print_system_prompt(capsys: pytest.CaptureFixture[str]) -> None:
     from speech_to_speech.main import main
 
-    # the default embedded 0.5B gets the compact voice prompt, the 1.5B the full one
+    # the default embedded 1.5B gets the full voice prompt, the fast 0.5B the compact one
     assert main(["--print_system_prompt", "--system_prompt", "You are a pirate."]) == 0
     out = capsys.readouterr().out
-    assert out.strip() == build_voice_system_prompt("You are a pirate.", compact=True).strip()
-    assert out.startswith("You are a pirate.") and "VOICE RULES" not in out
-    argv = ["--print_system_prompt", "--system_prompt", "You are a pirate.", "--llm_model", "qwen2.5-coder-1.5b"]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
     assert out.strip() == build_voice_system_prompt("You are a pirate.").strip()
+    argv = ["--print_system_prompt", "--system_prompt", "You are a pirate.", "--llm_model", "qwen2.5-coder-0.5b"]
+    assert main(argv) == 0
+    compact = capsys.readouterr().out
+    assert compact.strip() == build_voice_system_prompt("You are a pirate.", compact=True).strip()
+    assert compact.startswith("You are a pirate.") and "VOICE RULES" not in compact
     assert "You are a pirate." in out and "VOICE RULES" in out
 
 

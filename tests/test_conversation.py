@@ -6,7 +6,7 @@ stage can be asked what each request cost:
 * the user's words were evaluated while they were spoken (prefill from partial transcripts,
   :mod:`handlers.llm.partial_prefill`), so after the endpoint only a few tokens are left;
 * the second turn reuses everything the first one evaluated (system prompt, turn, reply);
-* the default 0.5B never reads a statement back (the echo guard: not its opening words, no run of
+* the fast 0.5B never reads a statement back (the echo guard: not its opening words, no run of
   more than six of its tokens); the 1.5B, the model to choose for sense, answers it with a
   reaction (echo score at most 0.5).
 """
@@ -104,15 +104,15 @@ def run_conversation(tmp: Path, *flags: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def conversation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The default models."""
-    return run_conversation(tmp_path_factory.mktemp("conversation"))
+    """The default models, with the fast 0.5B as the LLM."""
+    return run_conversation(tmp_path_factory.mktemp("conversation"), "--llm_model", "qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="module")
 def conversation_1_5b(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The embedded Qwen2.5-Coder-1.5B as the LLM (the llm-1-5b extra)."""
+    """The embedded Qwen2.5-Coder-1.5B as the LLM (the default)."""
     if not all(importlib.util.find_spec(part) for part in EMBEDDED_MODELS["qwen2.5-coder-1.5b"].parts):
-        pytest.skip("the llm-1-5b extra is not installed")
+        pytest.skip("the Qwen2.5-Coder-1.5B parts are not installed")
     return run_conversation(tmp_path_factory.mktemp("conversation-1-5b"), "--llm_model", "qwen2.5-coder-1.5b")
 
 
@@ -178,7 +178,7 @@ def test_the_second_turn_reuses_the_first_ones_prefix(conversation: dict[str, An
     assert prompts[1].reused_tokens >= prompts[0].prompt_tokens  # system prompt, turn 1 and its reply
 
 
-def test_the_default_model_never_reads_a_spoken_statement_back(conversation: dict[str, Any]) -> None:
+def test_the_fast_model_never_reads_a_spoken_statement_back(conversation: dict[str, Any]) -> None:
     """The echo guard's promise on real speech: no reply opens with the user's first words or copies a
     long run of them (six tokens at most; the 0.5B still paraphrases statements, see docs/benchmarks.md)."""
     for said, reply in turns(conversation):

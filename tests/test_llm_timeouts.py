@@ -1,5 +1,6 @@
-"""Time-outs of the LLM stage: a first token within ``first_token_timeout_s``, a whole response
-within ``request_timeout_s``, the user hearing a short apology soon, and the session going on.
+"""Time-outs of the LLM stage: a first token within ``first_token_timeout_s``, each next one within
+``next_token_timeout_s``, a whole response within ``request_timeout_s``, the user hearing a short
+apology soon, and the session going on.
 
 The provider is the scriptable ``/v1/responses`` server of :mod:`tests.responses_server`, reached
 through the real ``openai`` SDK; the engine lock of the in-process llama.cpp backend is exercised
@@ -70,10 +71,15 @@ def test_stall_before_the_first_token_is_answered_within_the_first_token_timeout
 
 
 def test_a_slow_but_steady_stream_is_not_cut(provider: ResponsesServer) -> None:
-    # the first token in time, then a pause longer than the first-token limit (event 5 is the
-    # second delta), all within the total: no time-out
+    # the first token in time, then a pause longer than the first-token limit but shorter than the
+    # next-token one (event 5 is the second delta), all within the total: no time-out
     provider.script(Reply([Text(["One.", " Two."])], delay_s=1.5 * FIRST_TOKEN_S, delay_at=5))
-    handler = make_handler(ResponsesAPIHandler, provider.base_url, first_token_timeout_s=FIRST_TOKEN_S)
+    handler = make_handler(
+        ResponsesAPIHandler,
+        provider.base_url,
+        first_token_timeout_s=FIRST_TOKEN_S,
+        next_token_timeout_s=3 * FIRST_TOKEN_S,
+    )
     out = ask(handler)
     assert check_response(out).error is None
     assert " ".join(spoken(out)) == "One. Two."
@@ -97,6 +103,53 @@ def test_a_whole_sentence_is_spoken_when_the_stream_pauses_after_it(provider: Re
     assert spoken(out) == ["Let me see.", TIMEOUT_APOLOGY]
     assert heard_at is not None and heard_at < 3, heard_at  # at the pause, not at the time-out
     assert end.error and end.error.startswith("timeout")
+
+
+#: next-token limit used here, s; the provider stalls far longer
+NEXT_TOKEN_S = 1.5
+
+
+@pytest.mark.parametrize("stream_words", [False, True], ids=["sentences", "words"])
+def test_a_stall_after_the_first_words_is_answered_within_the_next_token_timeout(
+    provider: ResponsesServer, stream_words: bool
+) -> None:
+    # event 4 is "Let me see. ", then the provider stalls (far beyond the whole-response limit)
+    provider.script(Reply([Text(["Let me see. ", "Hmm, and then"])], delay_s=60, delay_at=5), Reply([Text(["Back."])]))
+    handler = make_handler(
+        ResponsesAPIHandler,
+        provider.base_url,
+        first_token_timeout_s=FIRST_TOKEN_S,
+        next_token_timeout_s=NEXT_TOKEN_S,
+        request_timeout_s=60,
+        stream_words=stream_words,
+    )
+    out: list[Any] = []
+    started = time.monotonic()
+    apology_at = None
+    for message in handler.process(Transcript(handler.gate.new_turn_stamp(), "question")):
+        out.append(message)
+        if isinstance(message, TTSInput) and message.text == TIMEOUT_APOLOGY:
+            apology_at = time.monotonic() - started
+    end = check_response(out)
+    assert " ".join(spoken(out)).replace("  ", " ").strip().startswith("Let me see.")
+    assert spoken(out)[-1] == TIMEOUT_APOLOGY and "Hmm" not in " ".join(spoken(out))
+    assert apology_at is not None and NEXT_TOKEN_S <= apology_at < NEXT_TOKEN_S + SLACK_S, apology_at
+    assert end.error and "next token" in end.error
+    assert not wait_no_provider_threads(), "the stalled request's reader thread lingers"
+    out = ask(handler, "again")  # the session goes on
+    assert check_response(out).error is None
+    assert spoken(out) == ["Back."]
+
+
+def test_no_next_token_limit_with_zero(provider: ResponsesServer) -> None:
+    # 0 turns the limit off: a pause after the first words lasts until the provider goes on
+    provider.script(Reply([Text(["One.", " Two."])], delay_s=2.5 * FIRST_TOKEN_S, delay_at=5))
+    handler = make_handler(
+        ResponsesAPIHandler, provider.base_url, first_token_timeout_s=FIRST_TOKEN_S, next_token_timeout_s=0
+    )
+    out = ask(handler)
+    assert check_response(out).error is None
+    assert " ".join(spoken(out)) == "One. Two."
 
 
 def test_a_tool_call_streaming_longer_than_the_first_token_limit_is_not_cut(provider: ResponsesServer) -> None:
@@ -144,6 +197,7 @@ class _FakeLlama:
 def test_llama_engine_gives_up_waiting_for_its_lock_when_stopped() -> None:
     engine = LlamaEngine.__new__(LlamaEngine)  # no model: only the lock matters here
     engine.lock = threading.Lock()
+    engine._waiting, engine._waiting_lock = 0, threading.Lock()  # replies waiting for the lock
     engine.llm = _FakeLlama()
     engine.cached_prefix = lambda tokens: 0  # type: ignore[method-assign]
     stop = threading.Event()

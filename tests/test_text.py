@@ -258,7 +258,8 @@ def test_clause_rule_can_be_turned_off() -> None:
 def test_first_clause_end_positions() -> None:
     assert first_clause_end("One two three four, five") == len("One two three four,")
     assert first_clause_end("One two three four,") is None  # the space after the comma has not arrived
-    assert first_clause_end("One two three, four") is None
+    assert first_clause_end("One two three, four", min_words=4) is None
+    assert first_clause_end("One, two three") is None  # one word is too few by default
     assert first_clause_end("One two three, four five six seven, eight", min_words=6) == len(
         "One two three, four five six seven,"
     )
@@ -342,9 +343,8 @@ def test_a_long_statement_without_commas_starts_with_a_few_words(text: str, spli
     [
         ("The capital of Australia is Canberra and not Sydney.", "The capital of Australia is Canberra"),
         ("A light year is the distance that light travels in one year.", "A light year is the distance"),
-        ("To boil an egg you put it in boiling water for nine minutes.", "To boil an egg you put it"),
-        # no conjunction or preposition within reach: the last plain gap of three
-        ("Your next meeting with the design team starts at ten tomorrow.", "Your next meeting with the design team"),
+        # no conjunction or preposition within reach: the last plain gap of two
+        ("Your next meeting with the design team starts at ten tomorrow.", "Your next meeting with the design"),
         # every gap splits a phrase: the first such gap
         ("So, the answer is that the capital of Australia is Canberra.", "So, the answer is that"),
     ],
@@ -397,13 +397,34 @@ def test_a_short_reply_is_one_chunk(split: str) -> None:
         assert all_chunks(deltas(text, split)) == [text]
 
 
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("To boil an egg you put it in boiling water for nine minutes.", "To boil an egg"),
+        ("Your next meeting with the design team starts at ten tomorrow.", "Your next meeting"),
+        ("The capital of Australia is Canberra and not Sydney.", "The capital of Australia"),
+        ("There are 366 days in a leap year.", "There are 366 days"),
+        ("Well, it depends on the weather, really.", "Well, it depends"),
+        ('The play "Romeo and Juliet" was written by Shakespeare.', 'The play "Romeo and Juliet"'),
+        ("Jupiter. It is the largest planet.", "Jupiter."),
+    ],
+)  # fmt: skip
+def test_the_default_first_chunk_is_three_or_four_words(text: str, first: str) -> None:
+    """The defaults (for the 1.5B's ~20 tokens/s): a short first phrase, never inside a quotation."""
+    streamer = SentenceStreamer()
+    out = [chunk for piece in tokens(text) for chunk in streamer.push(piece)] + list(streamer.flush())
+    assert out[0] == first
+    assert " ".join(out).split() == text.split()
+
+
 def test_a_growing_word_is_never_judged() -> None:
     # "and" may still become "android": the gap before it is judged once whitespace follows it
-    assert first_chunk_end("One two three four five and") is None
-    assert first_chunk_end("One two three four five and ") == len("One two three four five")
+    assert first_chunk_end("One two three four five and", cut_words=5) is None
+    assert first_chunk_end("One two three four five and ", cut_words=5) == len("One two three four five")
     # no such word: the last plain gap of three, once the third is known
-    assert first_chunk_end("One two three four five android six seven") is None
-    assert first_chunk_end("One two three four five android six seven ") == len("One two three four five android six")
+    assert first_chunk_end("One two three four five android six seven", cut_words=5, window=3) is None
+    seven = "One two three four five android six seven "
+    assert first_chunk_end(seven, cut_words=5, window=3) == len("One two three four five android six")
 
 
 def test_the_word_gap_rule_can_be_turned_off() -> None:

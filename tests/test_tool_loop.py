@@ -19,6 +19,7 @@ Three levels:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import queue
@@ -219,8 +220,9 @@ def test_follow_up_is_generated_hidden_then_claimed(make_stage: Callable[..., St
     started = stage.events_of(ResponseStarted, since)
     assert len(started) == 1  # replayed by the claim, before it returned
     out = stage.take_until_end()
-    assert [type(m) for m in out] == [TTSInput, TTSInput, EndOfResponse], out
-    assert [m.text for m in out[:2]] == ["It is sunny in Paris.", "Enjoy the day!"]
+    assert [type(m) for m in out] == [TTSInput] * (len(out) - 1) + [EndOfResponse], out
+    # spoken in chunks (the first a short phrase), in order, every word once
+    assert " ".join(m.text for m in out[:-1]) == "It is sunny in Paris. Enjoy the day!"
     assert {m.stamp for m in out} == {out[0].stamp} and out[0].stamp.turn_id == started[0].turn_id
     assert out[-1].error is None and out[-1].text == "It is sunny in Paris. Enjoy the day!"
     assert stage.quiet() == [], "more than one EndOfResponse"
@@ -558,9 +560,10 @@ def test_tool_loop_through_the_realtime_server(server: InProcessServer, provider
     assert message.content[0].transcript == SAID_BEFORE_CALL
     first_audio = [e for e in events if e.type == "response.output_audio.delta" and e.response_id == r["first"]]
     assert first_audio, "the sentence before the call was not spoken"
-    # (the call may be announced before that sentence's audio has played: that is the side channel's point)
+    # (the call may be announced before that sentence's audio has played: that is the side channel's point;
+    # its message item is announced first, as the model produced them)
     added = [e for e in events if e.type == "response.output_item.added" and e.response_id == r["first"]]
-    assert sorted(e.output_index for e in added) == [0, 1], "the message and the call share an output_index"
+    assert [(e.item.type, e.output_index) for e in added] == [("message", 0), ("function_call", 1)], added
 
     # response 2: the follow-up, served from the prefetch
     assert r["requests_before_create"] == 2
@@ -636,6 +639,179 @@ def test_output_and_response_create_back_to_back(server: InProcessServer, provid
     assert len(claims) == 2 * rounds and not any(claims[::2])  # the first response.create of a round never claims
     replies = [i["content"] for i in history if i["type"] == "message" and i["role"] == "assistant"]
     assert replies == [SAID_BEFORE_CALL, FOLLOW_UP] * rounds
+
+
+@pytest.mark.models  # the server loads the embedded VAD, STT and TTS models
+def test_a_response_create_while_a_response_is_generated_is_refused(
+    server: InProcessServer, provider: ResponsesServer
+) -> None:
+    """Only a response that plays out what it generated lets a second one wait behind it: one still
+    being generated refuses it, as OpenAI's server does (event 4 is the first sentence; the provider
+    then pauses before the rest)."""
+    pause = 4.0  # under the default --next_token_timeout_s
+    provider.script(Reply([Text(["Well. ", "Let me think. ", "Here it is."])], delay_s=pause, delay_at=5))
+
+    async def scenario() -> tuple[Any, list[Any], Any]:
+        async with sdk_session(server) as (conn, log, _session, _claims):
+            update = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+            await conn.session.update(session=update)  # type: ignore[arg-type]
+            await log.wait_for("session.updated", SERVER_WAIT_S)
+            since = len(log.events)
+            text = {"type": "input_text", "text": "Tell me."}
+            await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [text]})
+            await conn.response.create()
+            first = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+            await log.wait_for("response.output_audio.delta", SERVER_WAIT_S, since=since)  # "Well." plays
+            await conn.response.create()
+            error = await log.wait_for("error", SERVER_WAIT_S, since=since)
+            done = await log.wait_for(
+                lambda e: e.type == "response.done" and e.response.id == first, SERVER_WAIT_S, since, "done"
+            )
+            await asyncio.sleep(0.5)
+            return error, log.of("response.created", since), done
+
+    error, created, done = asyncio.run(asyncio.wait_for(scenario(), 4 * SERVER_WAIT_S))
+    assert error.error.code == "conversation_already_has_active_response", error
+    assert len(created) == 1, "the refused request made a response"
+    assert done.response.status == "completed"
+    assert done.response.output[0].content[0].transcript == "Well. Let me think. Here it is."
+
+
+#: rounds of the answer-at-once flow in one session (each: the call, then its follow-up)
+AT_ONCE_ROUNDS = 3
+
+
+def silence_between(r: dict[str, Any]) -> float:
+    """Seconds from the end of the first response's audio to the start of the follow-up's, as a
+    client's player plays them (each 24 kHz pcm16 delta from its receipt, or after the one before)."""
+    playing_until, gap = 0.0, 0.0
+    for event, at in zip(r["events"], r["times"], strict=True):
+        if event.type == "response.output_audio.delta":
+            if event.response_id == r["second"] and not gap:
+                gap = max(1e-9, at - playing_until)
+            playing_until = max(at, playing_until) + len(base64.b64decode(event.delta)) / 2 / 24_000
+    return round(gap, 3)
+
+
+@pytest.fixture(scope="module")
+def chat_server(provider: ResponsesServer, realtime_servers: Callable[..., InProcessServer]) -> InProcessServer:
+    """The realtime server with the ``chat-completions`` backend on the scripted provider."""
+    flags = ("--llm_backend", "chat-completions", "--responses_api_base_url", provider.base_url)
+    return realtime_servers(*flags, "--model_name", "test-model")
+
+
+@pytest.mark.models  # the server loads the embedded VAD, STT and TTS models
+def test_a_client_that_answers_the_call_at_once_hears_the_follow_up(
+    chat_server: InProcessServer, provider: ResponsesServer
+) -> None:
+    """Issue 30: the provider (chat completions) streams a sentence, then a call; the client sends the
+    call's output and a ``response.create`` the moment ``function_call_arguments.done`` arrives, while
+    the sentence is still being spoken. The message item comes before the call item, as the provider
+    produced them; the request is not refused; the follow-up is spoken after the first response's
+    ``response.done``, generated once."""
+
+    async def one_round(conn: AsyncRealtimeConnection, log: EventLog, answered: list[float]) -> dict[str, Any]:
+        provider.script(*weather_script())
+        since = len(log.events)
+        text = {"type": "input_text", "text": "What is the weather in Paris?"}
+        await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [text]})
+        await conn.response.create()
+        first = (await log.wait_for("response.created", SERVER_WAIT_S, since=since)).response.id
+        await log.wait_until(lambda: len(answered) > 0, SERVER_WAIT_S, "answered the call")
+        first_done = await log.wait_for(
+            lambda e: e.type == "response.done" and e.response.id == first, SERVER_WAIT_S, since, "done 1"
+        )
+        second = (
+            await log.wait_for(lambda e: e.type == "response.created" and e.response.id != first, SERVER_WAIT_S, since)
+        ).response.id
+        second_done = await log.wait_for(
+            lambda e: e.type == "response.done" and e.response.id == second, SERVER_WAIT_S, since, "done 2"
+        )
+        answered.clear()
+        return {
+            "events": log.events[since:],
+            "times": log.times[since:],
+            "first": first,
+            "second": second,
+            "first_done": first_done,
+            "second_done": second_done,
+            "requests": len(provider.requests),
+            "second_request": provider.requests[-1].body if provider.requests else {},
+        }
+
+    async def scenario() -> list[dict[str, Any]]:
+        client = AsyncOpenAI(base_url=f"http://127.0.0.1:{chat_server.port}/v1", api_key="x")
+        async with client.realtime.connect(model="s2s") as conn:
+            answered: list[float] = []
+
+            async def answer(call_id: str) -> None:  # what a client with a quick tool does
+                output = {"type": "function_call_output", "call_id": call_id, "output": '{"sky": "sunny"}'}
+                await conn.conversation.item.create(item=output)  # type: ignore[arg-type]
+                await conn.response.create()
+                answered.append(time.monotonic())
+
+            def on_event(event: Any, at: float) -> None:
+                if event.type == "response.function_call_arguments.done":
+                    tasks.add(asyncio.get_running_loop().create_task(answer(event.call_id)))
+
+            tasks: set[asyncio.Task[None]] = set()
+            log = EventLog(conn.recv, on_event)
+            try:
+                await log.wait_for("session.created", SERVER_WAIT_S)
+                update = {
+                    "type": "realtime",
+                    "output_modalities": ["audio"],
+                    "tools": [WEATHER_TOOL],
+                    "audio": {"input": {"turn_detection": None}},
+                }
+                await conn.session.update(session=update)  # type: ignore[arg-type]
+                await log.wait_for("session.updated", SERVER_WAIT_S)
+                return [await one_round(conn, log, answered) for _ in range(AT_ONCE_ROUNDS)]
+            finally:
+                await log.stop()
+
+    rounds = asyncio.run(asyncio.wait_for(scenario(), 4 * SERVER_WAIT_S))
+    print(
+        f"\nsilence between the sentence before the call and the follow-up, s: {[silence_between(r) for r in rounds]}"
+    )
+    for r in rounds:
+        events: list[Any] = r["events"]
+        errors = [e for e in events if e.type == "error"]
+        assert not errors, errors  # no conversation_already_has_active_response
+        first_done, second_done = r["first_done"].response, r["second_done"].response
+        assert first_done.status == "completed", first_done
+        # the items in the provider's order: the message with its sentence, then the call
+        assert [o.type for o in first_done.output] == ["message", "function_call"], first_done.output
+        assert first_done.output[0].content[0].transcript == SAID_BEFORE_CALL
+        added = [(e.item.type, e.output_index) for e in events if e.type == "response.output_item.added"]
+        assert added[:2] == [("message", 0), ("function_call", 1)], added
+        # the client answered at once: before the sentence in front of the call had been heard
+        done_at = events.index(r["first_done"])
+        call_at = next(i for i, e in enumerate(events) if e.type == "response.function_call_arguments.done")
+        assert call_at < done_at
+        # the follow-up: spoken, after the first response's response.done, all of it
+        assert second_done.status == "completed", second_done
+        assert [o.type for o in second_done.output] == ["message"]
+        assert second_done.output[0].content[0].transcript == FOLLOW_UP
+        second = [i for i, e in enumerate(events) if getattr(e, "response_id", None) == r["second"]]
+        created_at = next(
+            i for i, e in enumerate(events) if e.type == "response.created" and e.response.id == r["second"]
+        )
+        assert done_at < created_at < min(second), "the follow-up's events came before the first response ended"
+        audio = [e for e in events if e.type == "response.output_audio.delta" and e.response_id == r["second"]]
+        assert audio, "the follow-up was not spoken"
+        transcript = [
+            e.delta
+            for e in events
+            if e.type == "response.output_audio_transcript.delta" and e.response_id == r["second"]
+        ]
+        assert "".join(transcript).strip() == FOLLOW_UP
+        # generated once: the call's request and the follow-up's, which carried the call and its output
+        assert r["requests"] == 2, f"{r['requests']} provider requests"
+        messages = r["second_request"]["messages"]
+        call = [c for m in messages for c in m.get("tool_calls") or []][-1]  # (earlier rounds' calls before it)
+        assert call["function"]["name"] == "get_weather"
+        assert messages[-1] == {"role": "tool", "tool_call_id": call["id"], "content": '{"sky": "sunny"}'}
 
 
 # == 3. the local path with the embedded model ======================================================

@@ -1,7 +1,7 @@
 """llama.cpp in process (``llama-cpp-python``): the default LLM on a CPU.
 
-The model is a GGUF file (default: the embedded Qwen2.5-Coder-0.5B-Instruct
-Q4_K_M; ``--llm_model qwen2.5-coder-1.5b`` picks the embedded 1.5B, see
+The model is a GGUF file (default: the embedded Qwen2.5-Coder-1.5B-Instruct
+Q4_K_M; ``--llm_model qwen2.5-coder-0.5b`` picks the faster embedded 0.5B, see
 :mod:`handlers.llm.embedded`). The chat is rendered with the model's
 own chat template (read from the GGUF metadata, rendered with Jinja2 in a
 sandbox), tools included: the model gets them the way it was trained to, and
@@ -22,7 +22,9 @@ turn evaluates only what is new since the last one (reported in
 
 One :class:`Llama` context is shared by all sessions of a process; a lock lets
 one generation run at a time. A response waiting for it counts that wait against its
-``--first_token_timeout_s`` (then the user hears a short apology instead of silence).
+``--first_token_timeout_s`` (then the user hears a short apology instead of silence); the
+evaluation of its prompt's new tokens gets time of its own on top
+(:meth:`LlamaCppLLMHandler.first_token_deadline_s`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ logger = logging.getLogger(__name__)
 LOCK_POLL_S = 0.05
 #: requests whose prompt statistics a handler keeps (:attr:`LlamaCppLLMHandler.prompts`)
 PROMPTS_KEPT = 32
+#: the slowest prompt evaluation the first-token deadline allows for, tokens/s: the embedded 1.5B
+#: evaluated 28-55 tokens/s with 2 threads on a 2-core AMD EPYC VM (2026-12-03; 343 tokens in 6.3 s
+#: at best), and a session's first turn with tools, ~500 new tokens, still ran out of 6 s + 500/40 s
+PREFILL_FLOOR_TOKENS_PER_S = 20.0
 #: ChatML, for GGUF files that carry no chat template
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -142,6 +148,8 @@ class LlamaEngine:
         # (its __del__ fails then, printing a traceback at every exit)
         atexit.register(self.llm.close)
         self.lock = threading.Lock()
+        self._waiting = 0  # replies waiting for the lock
+        self._waiting_lock = threading.Lock()
         metadata = self.llm.metadata
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.filters["tojson"] = _tojson
@@ -193,11 +201,17 @@ class LlamaEngine:
         with self.lock:
             self.evaluate_ahead(tokens)
 
-    def evaluate_ahead(self, tokens: list[int]) -> int:
+    def evaluate_ahead(self, tokens: list[int], step: int = 0, may_continue: Callable[[], bool] | None = None) -> int:
         """Evaluate ``tokens`` into the KV cache, keeping the prefix of them it already holds.
 
         The caller holds :attr:`lock`. A cache that already holds all of ``tokens`` (and perhaps
         more after them) is left as it is.
+
+        Args:
+            tokens: the prompt's token ids.
+            step: evaluate this many tokens at a time (0: all at once).
+            may_continue: asked before each step but the first; False stops there (the steps
+                evaluated so far stay in the cache).
 
         Returns:
             The number of tokens evaluated.
@@ -211,8 +225,20 @@ class LlamaEngine:
         if common == len(tokens):
             return 0
         self.llm.n_tokens = common
-        self.llm.eval(tokens[common:])
-        return len(tokens) - common
+        rest = tokens[common:]
+        size = step if step > 0 else len(rest)
+        evaluated = 0
+        for start in range(0, len(rest), size):
+            if start and may_continue is not None and not may_continue():
+                break
+            self.llm.eval(rest[start : start + size])
+            evaluated += len(rest[start : start + size])
+        return evaluated
+
+    @property
+    def wanted(self) -> bool:
+        """A reply is waiting for :attr:`lock` (work done ahead should give the engine up)."""
+        return self._waiting > 0
 
     def echo_guard(self, prompt_length: int, user_text: str) -> EchoGuard:
         """The :class:`~handlers.llm.echo_guard.EchoGuard` of a spoken reply to ``user_text``."""
@@ -243,9 +269,15 @@ class LlamaEngine:
         (:meth:`echo_guard`) and a :class:`~handlers.llm.call_threshold.CallThreshold`.
         """
         logits_processor = LogitsProcessorList(list(processors)) if processors else None
-        while not self.lock.acquire(timeout=LOCK_POLL_S):
-            if should_stop():
-                return
+        with self._waiting_lock:
+            self._waiting += 1
+        try:
+            while not self.lock.acquire(timeout=LOCK_POLL_S):
+                if should_stop():
+                    return
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
         try:
             if should_stop():
                 return
@@ -339,6 +371,12 @@ class LlamaCppLLMHandler(LocalLLMHandler):
             prefill.close()
         super().cleanup()
 
+    def prepare_prompt(self) -> None:
+        """The instructions or tools changed (a realtime ``session.update``): evaluate the new system
+        prompt and history into the KV cache ahead, as for a partial transcript, so that the first
+        turn after the change does not wait for it (~300 tokens: seconds for the 1.5B on 2 cores)."""
+        self.partial_prefill.submit("")
+
     def _on_partial_transcript(self, event: Event) -> None:
         if isinstance(event, UserTranscriptDelta) and event.text.strip():
             self.partial_prefill.submit(event.text)
@@ -356,6 +394,17 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         prompt = self.engine.render(messages, tools)
         end = prompt.find(self._PARTIAL_END)
         return prompt[:end] if end > 0 else None
+
+    def first_token_deadline_s(self, request: LLMRequest) -> float | None:
+        """``--first_token_timeout_s`` plus the time the prompt's tokens not in the KV cache take
+        to evaluate at :data:`PREFILL_FLOOR_TOKENS_PER_S`: a long new prompt (a session's own
+        instructions, ~350 tokens) is work, not a stall, and must not end in the apology."""
+        base = super().first_token_deadline_s(request)
+        if base is None:
+            return None
+        tools = chat_tools(request.tools) if request.tool_choice != "none" else []
+        tokens = self.engine.tokenize(self.engine.render(template_messages(request.chat_messages()), tools))
+        return base + (len(tokens) - self.engine.cached_prefix(tokens)) / PREFILL_FLOOR_TOKENS_PER_S
 
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
         tools = chat_tools(request.tools) if request.tool_choice != "none" else []

@@ -13,7 +13,12 @@ Rules that keep it harmless:
 * Only the latest partial counts: a newer one replaces one not yet evaluated.
 * The engine is taken only when free (never waited for): a reply being generated, by this session
   or another sharing the engine, always goes first, and a partial that finds the engine busy is
-  skipped.
+  skipped. The prompt is evaluated :data:`STEP_TOKENS` tokens at a time, and evaluation stops
+  between two steps as soon as a reply wants the engine or a newer partial came, and pauses
+  while critical work runs (:data:`~speech_to_speech.core.priority.CRITICAL`: the STT pass after
+  an endpoint, the end-of-turn model), going on once it is done, so that work done ahead never
+  delays what the user waits for and is still done (a new system prompt is ~300 tokens, seconds
+  of evaluation for the 1.5B).
 * The last :data:`HOLD_BACK_TOKENS` tokens of the partial are not evaluated: the last word may
   still grow ("Spai" → "Spain") and BPE may merge it differently with what follows.
 * A wrong guess costs nothing but the work: the real request re-evaluates from where its tokens
@@ -27,11 +32,19 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from speech_to_speech.core.priority import CRITICAL
+
 logger = logging.getLogger(__name__)
 
 #: tokens at the end of a partial transcript's prompt left for the real request (the last word may
 #: still change, and its tokens with it)
 HOLD_BACK_TOKENS = 2
+#: tokens evaluated in one step: the longest that critical work waits for the engine and the
+#: cores (about 60-90 ms for the 1.5B on 2 cores, ~8-12 ms a token in a batch)
+STEP_TOKENS = 8
+#: how often a prefill waiting for critical work looks again whether a reply or a newer partial
+#: came (then it gives up), s
+CRITICAL_POLL_S = 0.02
 
 
 class Engine(Protocol):
@@ -41,7 +54,12 @@ class Engine(Protocol):
 
     def tokenize(self, prompt: str) -> list[int]: ...
 
-    def evaluate_ahead(self, tokens: list[int]) -> int: ...
+    @property
+    def wanted(self) -> bool: ...
+
+    def evaluate_ahead(
+        self, tokens: list[int], step: int = 0, may_continue: Callable[[], bool] | None = None
+    ) -> int: ...
 
 
 class PartialPrefill:
@@ -105,6 +123,10 @@ class PartialPrefill:
                     self._busy = False
                     self._changed.notify_all()
 
+    def _may_continue(self) -> bool:
+        """Go on evaluating ahead: no reply wants the engine, no newer partial, no critical work."""
+        return not (self.engine.wanted or self._pending is not None or self._closed or CRITICAL.busy)
+
     def _prefill(self, text: str) -> None:
         prompt = self.prompt_for(text)
         if not prompt:
@@ -112,12 +134,24 @@ class PartialPrefill:
         tokens = self.engine.tokenize(prompt)[:-HOLD_BACK_TOKENS]
         if not tokens:
             return
-        if not self.engine.lock.acquire(blocking=False):
-            self.skipped_busy += 1
-            return
-        try:
-            evaluated = self.engine.evaluate_ahead(tokens)
-        finally:
-            self.engine.lock.release()
+        evaluated = 0
+        while True:
+            # critical work first: wait for it to end (a reply or a newer partial ends the wait)
+            while CRITICAL.busy and not self._superseded():
+                CRITICAL.wait_clear(CRITICAL_POLL_S)
+            if self._superseded() or not self.engine.lock.acquire(blocking=False):
+                self.skipped_busy += evaluated == 0
+                break
+            try:
+                done = self.engine.evaluate_ahead(tokens, STEP_TOKENS, self._may_continue)
+            finally:
+                self.engine.lock.release()
+            evaluated += done
+            if done == 0 or not CRITICAL.busy:  # all of it is in the cache, or something newer came
+                break
         self.evaluated_tokens += evaluated
         logger.debug("prefill: %d tokens of %r evaluated ahead", evaluated, text[-40:])
+
+    def _superseded(self) -> bool:
+        """A reply wants the engine, a newer partial came, or the prefill is closing."""
+        return self.engine.wanted or self._pending is not None or self._closed

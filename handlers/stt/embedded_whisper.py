@@ -133,6 +133,30 @@ def assemble(model: EmbeddedWhisper, report: Callable[[str], None] | None = None
     return target
 
 
+def model_for_language(spec: str, language: str) -> str:
+    """The ``--stt_model`` to load for ``--language``: the default tiny.en hears English only, so
+    any other setting (``auto``, ``fr``, ``en,fr``) with it picks the embedded multilingual
+    ``whisper-base``; any other model is kept as given.
+
+    Raises:
+        FileNotFoundError: whisper-base is needed and not installed (one line naming the flag
+            and the extra to install).
+    """
+    if spec not in ("", DEFAULT_MODEL) or language.strip().lower() in ("", "en"):
+        return spec
+    model = EMBEDDED_WHISPER["whisper-base"]
+    try:
+        for package in model.parts:
+            _data_folder(package, model)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"--language {language}: the default STT model (Whisper tiny.en) hears English only; "
+            f"pip install 'speech-to-speech[{model.extra}]' for the multilingual {model.name}, "
+            "or give --stt_model"
+        ) from None
+    return model.name
+
+
 def resolve_stt_model(spec: str) -> str:
     """What faster-whisper loads for ``--stt_model spec``: "" or ``whisper-tiny.en`` → the embedded
     tiny.en folder; ``whisper-base`` → the assembled embedded folder; anything else (a folder,

@@ -15,8 +15,11 @@ Short audio is encoded with a short context. Whisper pads every input to a
 a short turn (about 350 ms of ~450 ms for tiny.en on 2 busy cores). CTranslate2
 accepts shorter inputs; encoding the audio plus 1 s of padding gives the same
 words on LibriVox speech in a third of the time, and the cost grows with the
-audio, so partial transcripts are cheap. A pass that looks unreliable
-(looping, repetitive or improbable text) is redone the standard way.
+audio, so partial transcripts are cheap. A pass that reads the speech twice ("... octopuses?
+Can you tell me a fun fact about o") keeps its first reading (:func:`cut_restart`); one that
+otherwise looks unreliable (looping, repetitive or improbable text) is redone the standard way,
+in the 30 s window (700-1,100 ms for tiny.en on 2 cores instead of ~100 ms: the slow STT passes
+of issue 27 were these).
 
 Measured on the 2-core target (``scripts/benchmark_stt.py turns``, LibriVox
 0870/0920/0890, 5-7 s, real-time pace, medians): the final pass takes 392 ms
@@ -62,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from handlers.stt.embedded_whisper import resolve_stt_model, tiny_en_path
+from handlers.stt.embedded_whisper import model_for_language, resolve_stt_model, tiny_en_path
 from speech_to_speech.core.shared import shared_model
 from speech_to_speech.turns.stt import BaseSTTHandler
 
@@ -75,6 +78,9 @@ SHORT_CONTEXT_MAX_S = 28.0
 CONTEXT_PAD_FRAMES = 300
 #: the same for a pass that also detects the language, mel frames (see the module doc)
 DETECT_PAD_FRAMES = 600
+#: a transcript that starts over after a sentence end repeats at least this many of its first words
+#: (:func:`cut_restart`)
+RESTART_MIN_WORDS = 3
 #: thresholds of Whisper's own fallback rule (the reference implementation's defaults)
 COMPRESSION_RATIO_MAX = 2.4
 LOG_PROB_MIN = -1.0
@@ -97,6 +103,28 @@ def is_looping(tokens: list[int], words: list[str]) -> bool:
     keys = [w.lower().strip(".,!?;:") for w in words]
     grams = [tuple(keys[i : i + 4]) for i in range(len(keys) - 3)]
     return len(set(grams)) < len(grams)
+
+
+def cut_restart(words: list[str]) -> list[str] | None:
+    """The words up to a sentence end after which the transcript starts over, or None.
+
+    Whisper, given silence after the speech in a short context, sometimes reads the speech again:
+    "Can you tell me a fun fact about octopuses? Can you tell me a fun fact about o". When the
+    words after a ".", "?" or "!" are the words before it again (at least
+    :data:`RESTART_MIN_WORDS` of them, as often as they fit, the last one possibly cut short), the
+    first reading is the transcript.
+    """
+    keys = [w.lower().strip(".,!?;:\"'") for w in words]
+    for end in range(RESTART_MIN_WORDS, len(words) - 1):
+        if not words[end - 1].endswith((".", "?", "!")):
+            continue
+        again = keys[end:]  # the first reading again, maybe more than once, the last word maybe cut
+        if len(again) < min(RESTART_MIN_WORDS, end):
+            continue
+        first = [keys[i % end] for i in range(len(again))]
+        if again[:-1] == first[:-1] and first[-1].startswith(again[-1]):
+            return words[:end]
+    return None
 
 
 def embedded_model_path() -> str:
@@ -126,14 +154,20 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
     ``stt_model`` is an embedded model (``whisper-tiny.en``, the default, or the multilingual
     ``whisper-base``), a CTranslate2 model folder or a hub id / size name (e.g. ``"large-v3"``,
     needs a network once). ``language`` "auto" detects the language of every pass (a
-    multilingual model only; an English-only one always hears English).
+    multilingual model only: with the default tiny.en, a ``language`` other than "en" loads the
+    embedded whisper-base instead, or fails with one line naming the extra to install).
     ``stt_cpu_threads`` sets CTranslate2's threads (0: its default).
     """
 
     def load(self) -> None:
         from faster_whisper import WhisperModel
 
-        model = resolve_stt_model(self.config.stt_model)
+        chosen = model_for_language(self.config.stt_model, self.config.language)
+        if chosen != self.config.stt_model:
+            note = "--language %s: using the embedded %s (tiny.en hears English only)"
+            logger.warning(note, self.config.language, chosen)
+            self.config.stt_model = chosen
+        model = resolve_stt_model(chosen)
         device = "cuda" if self.device == "cuda" else "cpu"
         compute_type = self.config.stt_compute_type
         if compute_type == "default":
@@ -149,6 +183,8 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         self.model: Any = shared_model(("faster-whisper", model, device, compute_type, threads), load)
         self._tokenizers: dict[str | None, Any] = {}
         self._detected: str | None = None  # the language of the latest short-context pass
+        #: short-context passes that looked unreliable (a final one is then redone in the 30 s window)
+        self.full_window_passes = 0
         self.set_language(self.config.language)
         self._short_context(np.zeros(16_000, dtype=np.float32))  # warm up this path too
 
@@ -258,7 +294,11 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         if result.no_speech_prob > NO_SPEECH_MIN and avg_log_prob < LOG_PROB_MIN:
             return "", language
         looping = is_looping(tokens, text.split())
+        if looping and (first := cut_restart(text.split())) is not None and not is_looping([], first):
+            logger.debug("short-context pass read the speech again (%r); keeping the first reading", text)
+            text, looping = " ".join(first), False
         if looping or get_compression_ratio(text) > COMPRESSION_RATIO_MAX or avg_log_prob < LOG_PROB_MIN:
+            self.full_window_passes += 1
             logger.debug("short-context pass unreliable (%r); using the full window", text)
             return None
         return text, language

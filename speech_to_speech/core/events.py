@@ -158,9 +158,16 @@ class AssistantText(Event):
 
 @dataclass
 class ResponseStarted(Event):
-    """The LLM request for a turn was sent (the start of TTFT and TTFA)."""
+    """The LLM request for a turn was sent (the start of TTFT and TTFA).
+
+    Attributes:
+        speech_end_time: when the user's speech ended (monotonic s), for a spoken turn.
+        revision: the revision of the turn the response answers (a speculative one may be
+            superseded before its endpoint, and the response with it).
+    """
 
     speech_end_time: float | None = None
+    revision: int = 0
 
 
 @dataclass
@@ -174,11 +181,15 @@ class ToolCallEvent(Event):
 
 @dataclass
 class ToolCallReady(Event):
-    """Side channel: a tool call the client may run now, before earlier audio has played."""
+    """Side channel: a tool call the client may run now, before earlier audio has played.
+
+    ``after_output`` is True when speech or text of the same response went before the call (the
+    client is shown that message item first, as the model produced them)."""
 
     call_id: str = ""
     name: str = ""
     arguments: str = ""
+    after_output: bool = False
 
 
 @dataclass
@@ -186,6 +197,15 @@ class FirstToken(Event):
     """The LLM produced its first token for a turn (``ttft_ms`` from request start)."""
 
     ttft_ms: float = 0.0
+
+
+@dataclass
+class FirstChunk(Event):
+    """The first text of a response (revision ``revision`` of its turn) went on to TTS: the first
+    phrase the sentence streamer cut (``text``), published by the LMOutputProcessor."""
+
+    revision: int = 0
+    text: str = ""
 
 
 @dataclass

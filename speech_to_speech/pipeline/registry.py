@@ -105,7 +105,7 @@ register(
         "llm",
         LlamaCppConfig,
         "handlers.llm.llama_cpp_llm:LlamaCppLLMHandler",
-        summary="llama.cpp in process (embedded Qwen2.5-Coder-0.5B-Instruct Q4_K_M)",
+        summary="llama.cpp in process (embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M by default)",
     )
 )
 register(

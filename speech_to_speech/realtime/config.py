@@ -7,7 +7,9 @@ offending field: a field the server does not support (another audio format, a sp
 noise reduction, a prompt, ...) is reported and left as it was while the rest of the
 update applies.
 
-Turn detection: ``server_vad`` drives the session's VAD endpointer directly (turns end on
+Turn detection starts as in local mode (``semantic_vad`` with the end-of-turn model installed,
+see :meth:`SessionConfig.from_args`), and a client may change it. ``server_vad`` drives the
+session's VAD endpointer directly (turns end on
 ``silence_duration_ms`` of silence); ``semantic_vad`` ends them with the Smart Turn
 end-of-turn model (:mod:`speech_to_speech.turns.turn_detection`, through the VAD's
 ``set_eagerness``): at once when it judges the user done after a 200 ms pause, else after
@@ -27,6 +29,7 @@ from openai.types.realtime import RealtimeSessionCreateRequest
 
 from speech_to_speech.realtime.protocol import ProtocolError, check_tools
 from speech_to_speech.realtime.wire import WIRE_RATE
+from speech_to_speech.turns.turn_detection import TurnModelUnavailable, resolve_turn_detection
 
 #: ``semantic_vad`` eagerness values (``auto`` is ``medium``)
 EAGERNESS = ("low", "medium", "high", "auto")
@@ -102,8 +105,15 @@ class SessionConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SessionConfig:
-        """The configuration a new session starts with."""
-        vad = TurnDetection("server_vad", args.vad_threshold, args.min_silence_ms, args.speech_pad_ms)
+        """The configuration a new session starts with: turn detection as in local mode,
+        ``semantic_vad`` when ``--turn_detection`` resolves to the end-of-turn model, else
+        ``server_vad`` on ``--min_silence_ms`` of silence."""
+        try:
+            semantic = resolve_turn_detection(args.turn_detection) == "smart_turn"
+        except (ValueError, TurnModelUnavailable):
+            semantic = False
+        kind, eagerness = ("semantic_vad", "auto") if semantic else ("server_vad", None)
+        vad = TurnDetection(kind, args.vad_threshold, args.min_silence_ms, args.speech_pad_ms, eagerness=eagerness)
         return cls(turn_detection=vad, transcription={"model": args.stt})
 
     def stt_language(self, default: str) -> str:

@@ -79,6 +79,9 @@ class LLMSettings(StageControl):
         stage.tools = list(self.tools)
         stage.tool_choice = self.tool_choice
         stage.default_wants_audio = self.wants_audio
+        prepare = getattr(stage, "prepare_prompt", None)  # e.g. llama-cpp: the new system prompt into its cache
+        if prepare is not None:
+            prepare()
 
 
 @dataclass

@@ -22,6 +22,12 @@ With a media transport (WebRTC, ``media`` given) the audio goes into the transpo
 it leaves the server, and the end of a response (``response.output_audio.done`` … ``response.done``)
 after its last audio, followed by ``output_audio_buffer.stopped`` (``cleared`` when it was cut);
 ``output_audio_buffer.started`` comes with its first audio.
+
+One response is active at a time. A response that starts while another is still active (a
+``response.create`` that came while the last one played out the audio it had finished generating,
+a tool follow-up claimed at once) is produced at once, but its events are held and go out when the
+active one's ``response.done`` has gone out: its audio follows the other's without a gap, and each
+response's events stay between its ``response.created`` and its ``response.done``.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ Emit = Callable[..., None]
 """``emit(event, stamp=None)``: send a server event from any thread (see RealtimeSession.emit)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Response:
     """Protocol state of one response."""
 
@@ -65,10 +71,22 @@ class _Response:
     client_cancelled: bool = False  # ended by response.cancel (else by the user speaking)
     audio_sent: bool = False  # media transport: some of its audio has left (output_audio_buffer.started)
     audio_cleared: bool = False  # media transport: output_audio_buffer.cleared was sent for it
+    generated: bool = False  # its generation ended: what is left is audio playing out
+    calls: int = 0  # function calls announced
+    finished: bool = False  # its response.done was sent (or is held)
+    #: its events, held while the response before it is active (None: they go out at once)
+    held: list[tuple[dict[str, Any], Stamp | None]] | None = None
 
     @property
     def audio(self) -> bool:
         return self.modalities != ["text"]
+
+    @property
+    def winding_down(self) -> bool:
+        """Nothing a new request should wait for is still to come: its generation ended, or it
+        handed out a function call (the model's turn ends at its calls; a client that answers them
+        asks for the follow-up next), or the client cancelled it."""
+        return self.generated or self.calls > 0 or self.client_cancelled or self.finished
 
 
 class ResponseOutput:
@@ -81,6 +99,8 @@ class ResponseOutput:
         on_failed: called when a response fails (the session discards its prefetch).
         media: the transport's audio buffer (WebRTC), or None: audio goes out in events.
         latency: a turn's latencies as metadata (added to ``response.done``'s ``response.metadata``).
+        after_sent: runs a callable once the events emitted so far have gone out (the session runs
+            it on its loop, in order with them); None: at once.
     """
 
     def __init__(
@@ -91,8 +111,10 @@ class ResponseOutput:
         on_failed: Callable[[], None],
         media: OutputAudioBuffer | None = None,
         latency: Callable[[int], dict[str, str]] | None = None,
+        after_sent: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.emit = emit
+        self._after_sent = after_sent or (lambda run: run())
         self.latency = latency
         self.media = media
         self.rate = media.rate if media is not None else WIRE_RATE  # of the audio the sink hands over
@@ -102,34 +124,40 @@ class ResponseOutput:
         self.lock = threading.RLock()
         self._responses: dict[int, _Response] = {}
         self._assistant_items: dict[str, _Response] = {}
-        #: the response in progress, if any
+        #: the response in progress, if any (until its response.done has gone out)
         self.active: _Response | None = None
+        #: responses started while another was active, in order; their events are held
+        self._waiting: list[_Response] = []
 
     def assistant_item(self, item_id: str) -> _Response | None:
         """The response whose assistant message is ``item_id`` (the newest 64 are kept)."""
         with self.lock:
             return self._assistant_items.get(item_id)
 
-    def _send(self, kind: str, stamp: Stamp | None = None, **fields: Any) -> None:
-        self.emit(server_event(kind, **fields), stamp)
+    def _send(self, of: _Response, kind: str, stamp: Stamp | None = None, /, **fields: Any) -> None:
+        """Send an event of response ``of`` now, or hold it while ``of`` waits for its turn."""
+        event = server_event(kind, **fields)
+        with self.lock:
+            if of.held is not None:
+                of.held.append((event, stamp))
+            else:
+                self.emit(event, stamp)
 
     def _added(self, response: _Response, index: int, item: dict[str, Any], ref: tuple[str, Any]) -> None:
         previous = self.conversation.add(item, ref)
-        self._send("response.output_item.added", response_id=response.id, output_index=index, item=item)
-        self._send("conversation.item.added", previous_item_id=previous, item=item)
+        self._send(response, "response.output_item.added", response_id=response.id, output_index=index, item=item)
+        self._send(response, "conversation.item.added", previous_item_id=previous, item=item)
 
     def _done(self, response: _Response, index: int, item: dict[str, Any]) -> None:
         self.conversation.update(item["id"], **item)
-        self._send("response.output_item.done", response_id=response.id, output_index=index, item=item)
-        self._send("conversation.item.done", item=item)
+        self._send(response, "response.output_item.done", response_id=response.id, output_index=index, item=item)
+        self._send(response, "conversation.item.done", item=item)
 
     # -- from the session's event handler -----------------------------------------------------
     def start(self, turn_id: int, modalities: list[str], metadata: dict[str, str] | None = None) -> None:
-        """``response.created`` for the response of turn ``turn_id`` (echoing the request's metadata)."""
-        with self.lock:
-            response = _Response(new_id("resp"), turn_id, new_id("item"), list(modalities), metadata)
-            self._responses[turn_id] = response
-            self.active = response
+        """``response.created`` for the response of turn ``turn_id`` (echoing the request's metadata);
+        held, with the rest of its events, while another turn's response is active."""
+        response = _Response(new_id("resp"), turn_id, new_id("item"), list(modalities), metadata)
         body = {
             "id": response.id,
             "object": "realtime.response",
@@ -138,14 +166,36 @@ class ResponseOutput:
             "output_modalities": response.modalities,
             "metadata": metadata,
         }
-        self._send("response.created", response=body)
+        with self.lock:
+            previous = self._responses.get(turn_id)
+            if previous is not None and previous in self._waiting:  # a new revision of its turn replaces it
+                self._waiting.remove(previous)
+            self._responses[turn_id] = response
+            if self.active is None or self.active.turn_id == turn_id:
+                self.active = response
+            else:
+                response.held = []
+                self._waiting.append(response)
+            self._send(response, "response.created", response=body)
+
+    def generated(self, turn_id: int) -> None:
+        """The generation of turn ``turn_id``'s response ended (what is left is its audio playing out)."""
+        with self.lock:
+            response = self._responses.get(turn_id)
+            if response is not None:
+                response.generated = True
 
     def tool_call(self, event: ToolCallReady) -> None:
-        """A function call of a response exists: announce it (before the audio in front of it has played)."""
-        with self.lock:
+        """A function call of a response exists: announce it (before the audio in front of it has played),
+        after the message item when speech or text of the response came before it."""
+        with self.lock:  # the sink may be announcing the message at the same time
             response = self._responses.get(event.turn_id)
-        if response is None:
-            return
+            if response is not None:
+                self._announce_call(response, event)
+
+    def _announce_call(self, response: _Response, event: ToolCallReady) -> None:
+        if event.after_output:
+            self._announce_message(response)
         item = {
             "id": new_id("item"),
             "type": "function_call",
@@ -155,20 +205,25 @@ class ResponseOutput:
             "name": event.name,
             "arguments": event.arguments,
         }
-        with self.lock:  # the sink may be announcing the message at the same time
-            index = len(response.outputs)
-            response.outputs.append(item)
+        index = len(response.outputs)
+        response.outputs.append(item)
+        response.calls += 1
         self._added(response, index, {**item, "status": "in_progress", "arguments": ""}, ("call", event.call_id))
         base = {"response_id": response.id, "output_index": index, "item_id": item["id"], "call_id": event.call_id}
-        self._send("response.function_call_arguments.delta", **base, delta=event.arguments)
-        self._send("response.function_call_arguments.done", **base, name=event.name, arguments=event.arguments)
+        self._send(response, "response.function_call_arguments.delta", **base, delta=event.arguments)
+        self._send(
+            response, "response.function_call_arguments.done", **base, name=event.name, arguments=event.arguments
+        )
         self._done(response, index, item)
 
     # -- from the client sink -------------------------------------------------------------------
     def _announce_message(self, response: _Response) -> None:
-        if response.started:
-            return
-        response.started = True
+        with self.lock:  # from the sink (first audio or text) or before a call (tool_call), once
+            if not response.started:
+                response.started = True
+                self._announce_message_locked(response)
+
+    def _announce_message_locked(self, response: _Response) -> None:
         part = {"type": "audio", "transcript": ""} if response.audio else {"type": "text", "text": ""}
         item = {
             "id": response.item_id,
@@ -178,14 +233,14 @@ class ResponseOutput:
             "status": "in_progress",
             "content": [],
         }
-        with self.lock:  # the message takes the next output slot now; a tool call announced later, the next
-            response.message_index = len(response.outputs)
-            response.outputs.append(item)
-            self._assistant_items[response.item_id] = response
-            while len(self._assistant_items) > 64:
-                self._assistant_items.pop(next(iter(self._assistant_items)))
+        # the message takes the next output slot now; a tool call announced later, the next
+        response.message_index = len(response.outputs)
+        response.outputs.append(item)
+        self._assistant_items[response.item_id] = response
+        while len(self._assistant_items) > 64:
+            self._assistant_items.pop(next(iter(self._assistant_items)))
         self._added(response, response.message_index, item, ("reply", response.turn_id))
-        self._send("response.content_part.added", **self._part_base(response), part=part)
+        self._send(response, "response.content_part.added", **self._part_base(response), part=part)
 
     @staticmethod
     def _part_base(response: _Response) -> dict[str, Any]:
@@ -217,9 +272,9 @@ class ResponseOutput:
                 on_recall=lambda unsent, started: self._audio_recalled(response, said, unsent, started),
             )
             return
-        self._send("response.output_audio.delta", item.stamp, **base, delta=encode_audio(samples))
+        self._send(response, "response.output_audio.delta", item.stamp, **base, delta=encode_audio(samples))
         if item.text:
-            self._send("response.output_audio_transcript.delta", item.stamp, **base, delta=item.text)
+            self._send(response, "response.output_audio_transcript.delta", item.stamp, **base, delta=item.text)
 
     def text_only_turns(self) -> list[int]:
         """Turns whose response in progress has no audio output."""
@@ -251,9 +306,9 @@ class ResponseOutput:
         """Media transport: a chunk of ``response``'s audio starts to leave (on the transport's loop)."""
         if not response.audio_sent:
             response.audio_sent = True
-            self._send("output_audio_buffer.started", response_id=response.id)
+            self._send(response, "output_audio_buffer.started", response_id=response.id)
         if text:
-            self._send("response.output_audio_transcript.delta", stamp, **base, delta=text)
+            self._send(response, "response.output_audio_transcript.delta", stamp, **base, delta=text)
 
     def on_text_delta(self, item: TextOutput) -> None:
         """A raw text delta of a text-only reply."""
@@ -262,7 +317,7 @@ class ResponseOutput:
             return
         self._announce_message(response)
         response.text.append(item.text)
-        self._send("response.output_text.delta", item.stamp, **self._part_base(response), delta=item.text)
+        self._send(response, "response.output_text.delta", item.stamp, **self._part_base(response), delta=item.text)
 
     def on_response_end(self, end: EndOfResponse) -> None:
         """The response's output has played: close its items and send ``response.done``.
@@ -275,12 +330,16 @@ class ResponseOutput:
             self._end(end)
 
     def _end(self, end: EndOfResponse) -> None:
-        with self.lock:
+        with self.lock:  # one block: a response waiting behind this one is released after its response.done
             response = self._responses.pop(end.stamp.turn_id, None)
-            if response is not None and self.active is response:
-                self.active = None
-        if response is None:
-            return
+            if response is None:
+                return
+            response.finished = True
+            self._close(response, end)
+            if self.active is response:  # the next response goes out once this response.done has
+                self._after_sent(lambda: self._release(response))
+
+    def _close(self, response: _Response, end: EndOfResponse) -> None:
         status = "completed"
         if end.error == "cancelled" or end.cleanup_only or not self.gate.admits(end.stamp):
             status = "cancelled"  # also a reply fully generated, then cut while it played
@@ -310,10 +369,26 @@ class ResponseOutput:
             "metadata": self._done_metadata(response),
             "usage": usage,
         }
-        self._send("response.done", response=body)
+        self._send(response, "response.done", response=body)
         if response.audio_sent and not response.audio_cleared:  # media transport: its audio has all left
             kind = "cleared" if status == "cancelled" else "stopped"
-            self._send(f"output_audio_buffer.{kind}", response_id=response.id)
+            self._send(response, f"output_audio_buffer.{kind}", response_id=response.id)
+
+    def _release(self, ended: _Response) -> None:
+        """``ended``'s response.done has gone out: the responses waiting behind it go out, in order,
+        until one that has not ended yet becomes the active one."""
+        with self.lock:
+            if self.active is not ended:
+                return
+            self.active = None
+            while self._waiting:
+                response = self._waiting.pop(0)
+                held, response.held = response.held or [], None
+                for event, stamp in held:
+                    self.emit(event, stamp)
+                if not response.finished:
+                    self.active = response
+                    return
 
     def _done_metadata(self, response: _Response) -> dict[str, str] | None:
         """The request's metadata, unchanged when it set any (a client gets back what it attached:
@@ -328,16 +403,16 @@ class ResponseOutput:
         base = self._part_base(response)
         if response.audio:
             transcript = "".join(response.transcript).strip()
-            self._send("response.output_audio.done", **base)
-            self._send("response.output_audio_transcript.done", **base, transcript=transcript)
+            self._send(response, "response.output_audio.done", **base)
+            self._send(response, "response.output_audio_transcript.done", **base, transcript=transcript)
             part = {"type": "audio", "transcript": transcript}
             content = {"type": "output_audio", "transcript": transcript}
         else:
             text = "".join(response.text)
-            self._send("response.output_text.done", **base, text=text)
+            self._send(response, "response.output_text.done", **base, text=text)
             part = {"type": "text", "text": text}
             content = {"type": "output_text", "text": text}
-        self._send("response.content_part.done", **base, part=part)
+        self._send(response, "response.content_part.done", **base, part=part)
         item = {
             "id": response.item_id,
             "type": "message",

@@ -38,6 +38,7 @@ from openai.types.realtime import (
 
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import (
+    AssistantText,
     BargeIn,
     Event,
     EventBus,
@@ -146,7 +147,9 @@ class RealtimeSession:
         def make_sink(queue: StageQueue, shared: Shared) -> ClientSink:
             on_failed = lambda: self._discard_prefetch("response failed")  # noqa: E731
             latency = lambda turn_id: latency_metadata(self.metrics.metrics_of(turn_id))  # noqa: E731
-            self.output = ResponseOutput(self.emit, shared.gate, self.conversation, on_failed, self.media, latency)
+            self.output = ResponseOutput(
+                self.emit, shared.gate, self.conversation, on_failed, self.media, latency, after_sent=self.on_loop
+            )
             rate = self.media.rate if self.media is not None else WIRE_RATE  # the sink resamples the TTS once, to it
             name = f"{self.id}:sink"
             return ClientSink(input_queue=queue, target=self.output, sample_rate=rate, name=name, **shared.kwargs)
@@ -194,12 +197,15 @@ class RealtimeSession:
         after the cancel.
         """
         event.setdefault("event_id", new_id("event"))
-        gated = (event, stamp)
+        self.on_loop(lambda: self._send_gated((event, stamp)))
+
+    def on_loop(self, run: Callable[[], None]) -> None:
+        """Call ``run`` on the loop: now when called there, else after what was handed over before."""
         if threading.get_ident() == self._loop_thread:
-            self._send_gated(gated)
+            run()
         else:
             with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is gone, the client left
-                self.loop.call_soon_threadsafe(self._send_gated, gated)
+                self.loop.call_soon_threadsafe(run)
 
     def _send_gated(self, gated: tuple[dict[str, Any], Stamp | None]) -> None:
         event, stamp = gated
@@ -394,9 +400,11 @@ class RealtimeSession:
 
     # -- responses ------------------------------------------------------------------------------
     def create_response(self, event: ResponseCreateEvent) -> None:
-        """``response.create``: answer from the conversation as it is."""
+        """``response.create``: answer from the conversation as it is. While the active response only
+        plays out what it generated (or has handed out a function call), the new one is made at once
+        and its events follow that response's ``response.done``; while it still generates: refused."""
         with self.output.lock:
-            if self.output.active is not None:
+            if self.output.active is not None and not self.output.active.winding_down:
                 raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
         params = event.response.model_dump(exclude_none=True) if event.response is not None else {}
         if params.get("conversation", "auto") != "auto" or params.get("input") is not None:
@@ -443,7 +451,7 @@ class RealtimeSession:
         """``response.cancel``: stop the response in progress (what was heard stays in history)."""
         with self.output.lock:
             active = self.output.active
-        if active is None or (event.response_id is not None and event.response_id != active.id):
+        if active is None or active.finished or (event.response_id is not None and event.response_id != active.id):
             raise ProtocolError("response_cancel_not_active", "no such response is in progress")
         active.client_cancelled = True
         self.interrupt()
@@ -531,9 +539,14 @@ class RealtimeSession:
             if requested is None and self._claiming is not None and threading.get_ident() == self._loop_thread:
                 requested = self._claiming  # a follow-up generated ahead, claimed just now
             modalities, metadata = requested or (list(self.config.output_modalities), None)
-            self.output.start(event.turn_id, modalities, metadata)
+            start = lambda: self.output.start(event.turn_id, modalities, metadata)  # noqa: E731
+            # a reply begun at a pause is announced once the endpoint confirms it, never if superseded
+            turns = self.pipeline.speculation
+            turns.when_revision_confirmed(event.turn_id, event.revision, start) if turns else start()
         elif isinstance(event, ToolCallReady):
             self.output.tool_call(event)
+        elif isinstance(event, AssistantText):  # its generation ended: a response.create may follow it
+            self.output.generated(event.turn_id)
         elif isinstance(event, StageError):
             self.emit(error_event("server_error", f"{event.stage}: {event.message}", kind="server_error"))
 

@@ -11,8 +11,8 @@ Splitting happens here, once: :class:`SentenceStreamer` decides every chunk
 the TTS stage receives (the TTS stage speaks each chunk as it comes and never
 re-splits it). Only the first chunk of a reply may end before a sentence does
 (see :func:`first_chunk_end`), so that speech starts as early as possible: at
-the first clause boundary, or else at a word gap after about five words, never
-inside a date, number, time, abbreviation or name.
+the first clause boundary, or else at a word gap after three or four words, never
+inside a date, number, time, abbreviation, name or quotation.
 """
 
 from __future__ import annotations
@@ -49,14 +49,13 @@ _HAS_WORD = re.compile(r"\w", re.UNICODE)
 #: "1,000" or "3:" of "3:30" is never a boundary.
 _CLAUSE_END = re.compile(r"[,;:][\"')\]]*(?=\s)|(?<=\s)--?(?=\s)|[\u2014\u2013](?=.)", re.DOTALL)
 
-#: words a reply's first chunk needs before it may end at a clause boundary. Four words are
-#: 1.0-1.3 s of speech for the default voice (Piper "joe" speaks 3.1-4.0 words/s, measured),
-#: enough to cover making the next chunk: the rest of the sentence (~10-15 tokens; the embedded
-#: LLM writes ~39 tokens/s on 2 cores) and its synthesis (Piper runs at ~0.05x real time, ~18 ms
-#: a word), about 0.5 s. Each word fewer would bring the first audio only ~50 ms sooner (one
-#: word's tokens plus its synthesis), while "Sure," or "Well, yes," alone would leave a gap
-#: before the rest and sound like a stutter.
-FIRST_CLAUSE_MIN_WORDS = 4
+#: words a reply's first chunk needs before it may end at a clause boundary. With the embedded
+#: 1.5B (the default) decoding ~20 tokens/s on 2 cores (0.95 s for 20 tokens, measured 2026-12-03),
+#: each word more in the first chunk is ~75 ms more before the first sound; two words ("Well,
+#: yes,") are ~0.6 s of Piper speech (3.1-4.0 words/s), about what the rest of a short sentence
+#: takes to write and synthesise. On 10 spoken turns (``benchmark_latency.py --spoken``) going
+#: from 4 clause / 5 gap words to 2 / 3 brought voice-to-voice p50 from 1,785 to 1,307 ms.
+FIRST_CLAUSE_MIN_WORDS = 2
 
 
 def _word_set(text: str) -> frozenset[str]:
@@ -64,20 +63,16 @@ def _word_set(text: str) -> frozenset[str]:
 
 
 #: words a reply's first chunk needs before it may end at a plain word gap, when no clause
-#: boundary came first. Five words are 1.25-1.6 s of speech (3.1-4.0 words/s, as above), longer
-#: than making the next chunk takes even after a long first sentence: its other ~15 words are
-#: ~20 tokens (~0.5 s at ~39 tokens/s) and ~0.3 s of synthesis (~18 ms a word). One word more
-#: than a clause needs, since a cut with no punctuation is heard more as a break in the phrase,
-#: and a word costs only ~50 ms; with fewer, the chunk would often end inside the sentence's
-#: subject ("The capital of Australia | is Canberra").
-FIRST_CUT_MIN_WORDS = 5
+#: boundary came first: one more than a clause needs, since a cut with no punctuation is heard
+#: more as a break in the phrase ("The capital of Australia | is Canberra."); see above for the
+#: cost of each word.
+FIRST_CUT_MIN_WORDS = 3
 
 #: word gaps (from the FIRST_CUT_MIN_WORDS-th word on, gaps inside protected spans not counted)
 #: among which the first chunk's cut is chosen. A gap before a conjunction, preposition or relative
-#: word (see :func:`_gap_score`) is taken at once; else the best of these gaps once the last one is
-#: known. Three gaps end the first chunk after 5-7 words (more only around protected spans) and
-#: wait at most two words (~50 ms each, see above) for a better place than the first.
-FIRST_CUT_WINDOW = 3
+#: word (see :func:`_gap_score`) is taken at once; else the better of these gaps once the last one
+#: is known: the first chunk ends after 3-4 words (more only around protected spans or quotations).
+FIRST_CUT_WINDOW = 2
 
 #: words a cut may come just before: they start a clause or phrase (conjunctions, relative and
 #: question words, prepositions but "of", which belongs to the noun before it).
@@ -283,7 +278,7 @@ def _word_gap_cut(text: str, min_words: int, window: int) -> tuple[int, int] | N
         if nxt.end() >= len(text):
             return None
         score = _gap_score(word.group(), nxt.group())
-        if score is None:
+        if score is None or text.count('"', 0, word.end()) % 2:  # never inside a quotation
             continue
         seen.append((score, word.end()))
         if score == 2 or len(seen) >= window:

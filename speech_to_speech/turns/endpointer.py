@@ -14,6 +14,8 @@ Two ways to end a turn:
   ``speculative_silence_ms`` (:class:`Speculation`) is where the caller asks an
   end-of-turn model; if it says "complete", :meth:`Endpointer.end_turn` ends the
   turn at once. Noise shorter than ``min_speech_ms`` still ends after ``min_silence_ms``.
+  When the transcript of the pause reads finished although the model judged it unfinished,
+  :meth:`Endpointer.shorten` ends it after a shorter silence (``by`` = :data:`BY_TEXT`).
 
 The state machine itself is pure (no model, no clock): the caller scores the audio.
 """
@@ -37,6 +39,7 @@ DEFAULT_PAUSE_MS = 200
 #: why an utterance ended (:attr:`Endpoint.by`)
 BY_MODEL = "model"  # the end-of-turn model judged it complete after a short pause
 BY_SILENCE = "silence"  # the silence bound (min_silence_ms, or turn_max_silence_ms in semantic mode)
+BY_TEXT = "text"  # the shorter silence bound of an utterance whose transcript reads finished
 BY_MAX_SPEECH = "max_speech"  # max_speech_ms reached
 BY_END_OF_INPUT = "end_of_input"  # the input stream ended
 
@@ -136,6 +139,7 @@ class Endpointer:
         self._offset = 0
         self._last_speech_end = 0
         self._speculated = False
+        self._short_silence_chunks = 0
         self._preroll.clear()
 
     @property
@@ -178,11 +182,14 @@ class Endpointer:
             self._silent_run = 0
             self._last_speech_end = self._offset
             resumed, self._speculated = self._speculated, False
+            self._short_silence_chunks = 0  # more words: the transcript that read finished is outdated
         else:
             self._silent_run += 1
         long_enough = self._speech_chunks >= self._min_speech_chunks
         if self._silent_run >= (self.turn_silence_chunks if long_enough else self._silence_chunks):
             return self._finish(BY_SILENCE)
+        if self._short_silence_chunks and long_enough and self._silent_run >= self._short_silence_chunks:
+            return self._finish(BY_TEXT)
         if len(self._chunks) >= self._max_chunks:
             return self._finish(BY_MAX_SPEECH)
         if resumed:
@@ -191,6 +198,15 @@ class Endpointer:
             self._speculated = True
             return Speculation(self._kept_audio(), self._last_speech_end)
         return None
+
+    def shorten(self, silence_ms: int) -> None:
+        """End the utterance in progress after ``silence_ms`` of silence (counted from the end of
+        its speech; at the next chunk if that much has passed) instead of the silence bound, unless
+        speech resumes first. Its endpoint's ``by`` is :data:`BY_TEXT`. No effect outside an
+        utterance or with ``silence_ms`` <= 0."""
+        if self.in_speech and silence_ms > 0:
+            ms_per_chunk = 1000 * self.chunk_samples / self.sample_rate
+            self._short_silence_chunks = max(1, round(silence_ms / ms_per_chunk))
 
     def end_turn(self) -> Endpoint | None:
         """End the utterance in progress now (an end-of-turn model judged it complete).
@@ -227,6 +243,7 @@ class Endpointer:
         self._speech_chunks = 0
         self._silent_run = 0
         self._speculated = False
+        self._short_silence_chunks = 0
         if not long_enough or not chunks:
             return None
         return Endpoint(np.concatenate(chunks).astype(np.float32, copy=False), speech_end, confirms, by)

@@ -64,11 +64,18 @@ class SpeculativeTurns:
             self._pending.setdefault(_key(stamp), [])
 
     def confirm(self, stamp: Stamp) -> None:
-        """The endpoint followed: release the revision's output and run its :meth:`when_confirmed` callbacks."""
-        with self._changed:
-            callbacks = self._pending.pop(_key(stamp), [])
-            self._changed.notify_all()
-        for callback in callbacks:
+        """The endpoint followed: run the revision's :meth:`when_confirmed` callbacks, in the order
+        they were added, then release its output (so what a callback announces, such as a
+        transcript or a response's start, comes before the output it held)."""
+        key = _key(stamp)
+        while True:
+            with self._changed:
+                callbacks = self._pending.get(key)
+                if not callbacks:
+                    self._pending.pop(key, None)
+                    self._changed.notify_all()
+                    return
+                callback = callbacks.pop(0)
             callback()
 
     def discard(self, stamp: Stamp) -> None:
@@ -107,6 +114,19 @@ class SpeculativeTurns:
                 return
         if self.gate.admits(stamp):
             callback()
+
+    def when_revision_confirmed(self, turn_id: int, revision: int, callback: Callable[[], None]) -> None:
+        """Like :meth:`when_confirmed`, for revision ``revision`` of turn ``turn_id``: later if it is
+        pending, never if it was superseded, now otherwise."""
+        key = (turn_id, revision)
+        with self._changed:
+            callbacks = self._pending.get(key)
+            if callbacks is not None:
+                callbacks.append(callback)
+                return
+            if key in self._superseded:
+                return
+        callback()
 
     def wait(self, stamp: Stamp, stop: threading.Event, poll_s: float = 0.1) -> bool:
         """Block while ``stamp`` is pending.

@@ -15,7 +15,11 @@ import numpy as np
 from speech_to_speech.core.events import EmptyTranscript, UserTranscript, UserTranscriptDelta
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import PartialSpeech, SpeechSegment, Transcript
+from speech_to_speech.core.priority import CRITICAL
+from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.turns.speculation import SpeculativeTurns
+from speech_to_speech.turns.turn_detection import FINISHED_QUESTION, transcript_ends_turn
+from speech_to_speech.turns.vad import TranscriptEndsTurn
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +152,10 @@ class BaseSTTHandler(BaseHandler):
 
     The transcript of a ``speculative`` segment goes on to the LLM at once; its
     :class:`UserTranscript` event waits for the VAD to confirm the endpoint (see
-    :attr:`speculation`) and is never published if the turn is superseded.
+    :attr:`speculation`) and is never published if the turn is superseded. When that transcript
+    reads as a finished turn (:func:`~speech_to_speech.turns.turn_detection.transcript_ends_turn`),
+    the stage tells the VAD so with a :class:`~speech_to_speech.turns.vad.TranscriptEndsTurn` at
+    the head of :attr:`upstream`, its input queue: the VAD then ends the turn after a shorter silence.
     """
 
     #: False for engines too slow for partial transcripts
@@ -160,6 +167,7 @@ class BaseSTTHandler(BaseHandler):
         config: STTConfig,
         device: str = "cpu",
         speculation: SpeculativeTurns | None = None,
+        upstream: StageQueue | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -167,6 +175,8 @@ class BaseSTTHandler(BaseHandler):
         self.device = device
         #: where unconfirmed (speculative) turns are tracked: the pipeline's, when it holds them
         self.speculation = speculation
+        #: the VAD's input queue, for what the transcript of a pause says of the turn's end (None: not told)
+        self.upstream = upstream
         self.deltas = TranscriptDeltas()
         self._recent_pass: tuple[float, int] | None = None  # (ms, samples) of the last pass
         #: partial passes run and skipped (behind or too close to the deadline)
@@ -227,7 +237,8 @@ class BaseSTTHandler(BaseHandler):
             return
         start = time.monotonic()
         transcribe = self.transcribe_during_reply if item.during_reply else self.transcribe
-        text, language = transcribe(item.samples, item.sample_rate)
+        with CRITICAL.running():  # the user waits for this pass: work done ahead gives way
+            text, language = transcribe(item.samples, item.sample_rate)
         stt_ms = self._timed(len(item.samples), start)
         text = text.strip()
         if not text:
@@ -243,6 +254,8 @@ class BaseSTTHandler(BaseHandler):
             self.bus.publish(UserTranscript(turn_id, text=text, language=language, stt_ms=stt_ms, delta=delta))
 
         if item.speculative and self.speculation is not None:
+            if self.upstream is not None and (finished := transcript_ends_turn(text)) is not None:
+                self.upstream.put_first(TranscriptEndsTurn(item.stamp, finished == FINISHED_QUESTION))
             self.speculation.when_confirmed(item.stamp, publish)
         else:
             publish()

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -37,8 +37,9 @@ from speech_to_speech.core.events import (
     TurnSpeculated,
     TurnSuperseded,
 )
-from speech_to_speech.core.handler import BaseHandler
+from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import AudioChunk, PartialSpeech, SpeechSegment
+from speech_to_speech.core.priority import CRITICAL
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.endpointer import (
     CHUNK_SAMPLES,
@@ -70,6 +71,7 @@ __all__ = [
     "Endpoint",
     "Endpointer",
     "Speculation",
+    "TranscriptEndsTurn",
     "VADConfig",
 ]
 
@@ -97,6 +99,11 @@ class VADConfig:
             ``"auto"`` (``smart_turn`` when its model is installed). Local mode only for now.
         turn_threshold: P(complete) from the end-of-turn model that ends the turn at once (0-1).
         turn_max_silence_ms: with the model, the silence that ends a turn it judged unfinished, ms.
+        turn_question_silence_ms: with the model and speculative turns, the silence that ends a turn
+            it judged unfinished whose transcript at the pause is a question
+            (:func:`~speech_to_speech.turns.turn_detection.transcript_ends_turn`), ms; 0: off.
+        turn_statement_silence_ms: the same for a transcript that is a finished statement, ms; 0: off.
+            Longer than for a question: a reader's pause after a whole sentence may still go on.
         resume_within_ms: speech during a reply pauses it; a backchannel or false start
             judged within this time (from the start of the speech, or from its end once it
             ended) resumes it, anything else cancels it, ms; 0: speech cancels the reply at
@@ -117,6 +124,8 @@ class VADConfig:
     turn_detection: str = "auto"
     turn_threshold: float = 0.7
     turn_max_silence_ms: int = 2000
+    turn_question_silence_ms: int = 500
+    turn_statement_silence_ms: int = 1000
     resume_within_ms: int = 1500
     echo_gate: bool = True
 
@@ -336,7 +345,8 @@ class BaseVADHandler(BaseHandler):
         """A short pause: the model may end the turn now; if not, send it on speculatively."""
         if self.turn_detector is not None:
             samples = np.concatenate([self._prefix, pause.samples]) if len(self._prefix) else pause.samples
-            verdict = self.turn_detector.judge(samples)
+            with CRITICAL.running():  # the endpoint waits for it: work done ahead gives way
+                verdict = self.turn_detector.judge(samples)
             self._turn_probability = verdict.probability
             logger.debug("end of turn: p=%.2f in %.0f ms", verdict.probability, verdict.ms)
             if verdict.complete:
@@ -346,6 +356,25 @@ class BaseVADHandler(BaseHandler):
                 return
         if self.config.speculative_silence_ms > 0:
             yield from self._speculate(pause)
+
+    def on_transcript_ends_turn(self, stamp: Stamp, question: bool) -> None:
+        """The transcript of the speculative revision ``stamp`` reads finished (see
+        :class:`TranscriptEndsTurn`): end its turn after ``turn_question_silence_ms`` (a question)
+        or ``turn_statement_silence_ms`` of silence. Ignored when that revision is no longer the one
+        waiting for its endpoint, and without an end-of-turn model (silence alone ends turns)."""
+        if (
+            self.turn_detector is None
+            or self._speculative is None
+            or (stamp.turn_id, stamp.revision)
+            != (
+                self._speculative.turn_id,
+                self._speculative.revision,
+            )
+        ):
+            return
+        logger.debug("turn %d: its transcript reads finished (question: %s)", stamp.turn_id, question)
+        config = self.config
+        self.endpointer.shorten(config.turn_question_silence_ms if question else config.turn_statement_silence_ms)
 
     def _speculate(self, speculation: Speculation) -> Iterator[SpeechSegment]:
         if self.speculation is None:
@@ -424,3 +453,24 @@ class BaseVADHandler(BaseHandler):
             respond=self.create_response,
             during_reply=self._during_reply,
         )
+
+
+@dataclass
+class TranscriptEndsTurn(StageControl):
+    """For the VAD, from the STT (put at the head of the VAD's input queue): the transcript of the
+    speculative revision ``stamp``, sent on at a pause the end-of-turn model judged unfinished,
+    reads as a finished turn. Unless speech resumes first, that revision's turn then ends after
+    ``turn_question_silence_ms`` or ``turn_statement_silence_ms`` of silence instead of
+    ``turn_max_silence_ms``.
+
+    Attributes:
+        stamp: the speculative revision the transcript belongs to.
+        question: the transcript is a question (else a finished statement).
+    """
+
+    target: ClassVar[type] = BaseVADHandler
+    stamp: Stamp
+    question: bool = False
+
+    def apply(self, stage: Any) -> None:
+        stage.on_transcript_ends_turn(self.stamp, self.question)

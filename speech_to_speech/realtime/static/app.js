@@ -275,6 +275,13 @@ function onEvent(message) {
       const td = e.session.audio && e.session.audio.input && e.session.audio.input.turn_detection;
       if (td && td.silence_duration_ms) state.silenceMs = td.silence_duration_ms;
       if (e.type === "session.created" && state.live) say(CONNECTED, "ok");
+      // the best turn detection the server has: the end-of-turn model, with its default eagerness
+      if (e.type === "session.created" && td && td.type !== "semantic_vad") {
+        send({
+          type: "session.update",
+          session: { type: "realtime", audio: { input: { turn_detection: { type: "semantic_vad" } } } },
+        });
+      }
       break;
     }
     case "conversation.item.added": {

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import re
 import subprocess
 import sys
+import threading
+import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -433,3 +437,46 @@ def test_error_inside_a_turn_is_shown_once_without_traceback(tmp_path: Path) -> 
     debug = run_echo_entry_point(*flags, "--log_level", "debug")
     assert debug.returncode == 0, debug.stderr
     assert "Traceback" in debug.stderr and "the echo model broke down" in debug.stderr
+
+
+class _SlowStream(io.StringIO):
+    """A stream that lets other threads run between writes, as a terminal's does under load."""
+
+    def write(self, text: str) -> int:
+        time.sleep(0.0005)
+        return super().write(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_console_lines_from_many_threads_never_interleave() -> None:
+    """Events published from several stage threads at once still print one whole line each."""
+    from speech_to_speech.core.events import AssistantText, EventBus, UserTranscript, UserTranscriptDelta
+    from speech_to_speech.pipeline.console import ConsoleReporter
+
+    bus = EventBus()
+    stream = _SlowStream()
+    ConsoleReporter(bus, stream)
+
+    def publish(kind: int) -> None:
+        for turn in range(40):
+            if kind == 0:
+                bus.publish(UserTranscript(turn, text="Where did I say I moved to?"))
+            elif kind == 1:
+                bus.publish(AssistantText(turn, text="You said you moved to Boston."))
+            else:
+                bus.publish(UserTranscriptDelta(turn, text="Where did I"))
+
+    threads = [threading.Thread(target=publish, args=(kind,)) for kind in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 120
+    pattern = re.compile(
+        r"^\[turn \d+\] (user: Where did I say I moved to\?|assistant: You said you moved to Boston\.|"
+        r"user \(partial\): Where did I)$"
+    )
+    assert all(pattern.match(line) for line in lines), [line for line in lines if not pattern.match(line)][:3]

@@ -171,16 +171,21 @@ class ConsoleReporter:
         self.stream = stream or sys.stdout
         self._tty = self.stream.isatty()
         self._partial_shown = False  # a partial line is on the terminal, without its newline
+        # events come from every stage's thread: one line is one write, under this lock (print()
+        # writes the text and its newline separately, so two threads' lines could interleave)
+        self._lock = threading.Lock()
         bus.subscribe(self.on_event)
 
     def on_event(self, event: Event) -> None:
         """Print the events a person wants to see."""
         line = None
-        clear = "\r\033[K" if self._partial_shown else ""
         if isinstance(event, UserTranscriptDelta):
             partial = f"[turn {event.turn_id}] user (partial): {event.text}"
-            print(clear + partial, end="" if self._tty else "\n", file=self.stream, flush=True)
-            self._partial_shown = self._tty
+            with self._lock:
+                clear = "\r\033[K" if self._partial_shown else ""
+                self.stream.write(clear + partial + ("" if self._tty else "\n"))
+                self.stream.flush()
+                self._partial_shown = self._tty
         elif isinstance(event, UserTranscript):
             line = f"[turn {event.turn_id}] user: {event.text}"
         elif isinstance(event, AssistantText):
@@ -208,8 +213,11 @@ class ConsoleReporter:
         elif isinstance(event, StageError):
             line = f"[turn {event.turn_id}] {event.stage} error: {event.message}"
         if line is not None:
-            print(clear + line, file=self.stream, flush=True)
-            self._partial_shown = False
+            with self._lock:
+                clear = "\r\033[K" if self._partial_shown else ""
+                self.stream.write(clear + line + "\n")
+                self.stream.flush()
+                self._partial_shown = False
 
     def no_speech(self, path: str | Path) -> None:
         """Say that the voice activity detector found no speech in the input file ``path``."""

@@ -61,7 +61,6 @@ import argparse
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,9 +75,7 @@ from pathlib import Path
 from typing import Any
 
 #: the repository root (this file lives in ``scripts/``)
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from bench_common import REPO_ROOT, free_port, percentile
 
 PROG = "benchmark_llm.py"
 #: the fixed user prompts, short questions as a voice assistant hears them
@@ -401,13 +398,6 @@ def child_main(spec_json: str) -> int:
 # -- parent mode --------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class LlamaServer:
     """``python -m llama_cpp.server`` on a free loopback port, serving the embedded GGUF.
 
@@ -566,13 +556,6 @@ def benchmark(args: argparse.Namespace, backend: str) -> BackendResult:
     note = f"llama.cpp server ready in {server.start_s:.1f} s"
     result.note = f"{result.note}; {note}" if result.note else note
     return result
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile of ``values`` (linear interpolation), None if empty."""
-    import numpy as np
-
-    return float(np.percentile(values, q)) if values else None
 
 
 def fmt(value: float | None, digits: int) -> str:

@@ -359,6 +359,66 @@ def test_multilingual_stt_hears_each_language(setting: str) -> None:
         assert word_error_rate(question, text) <= 0.5, (question, text)
 
 
+class _Detections:
+    """Stands in for CTranslate2's Whisper: ``detect_language`` returns the next scripted ranking."""
+
+    def __init__(self, *rankings: dict[str, float]) -> None:
+        self.rankings = list(rankings)
+        self.model = self  # the handler reads ``model.model.detect_language``
+
+    def detect_language(self, _encoded: Any) -> list[list[tuple[str, float]]]:
+        ranking = self.rankings.pop(0)
+        return [[(f"<|{code}|>", p) for code, p in sorted(ranking.items(), key=lambda kv: -kv[1])]]
+
+
+def test_a_session_keeps_its_language_unless_the_evidence_to_switch_is_strong() -> None:
+    from handlers.stt.faster_whisper_stt import LANGUAGE_SWITCH_RATIO, FasterWhisperSTTHandler
+
+    stt = FasterWhisperSTTHandler.__new__(FasterWhisperSTTHandler)
+    stt.candidates, stt.session_language = frozenset(), None
+    stt.model = _Detections(
+        {"fr": 0.99, "pt": 0.004},  # a clear French turn: the session is French
+        {"he": 0.48, "fr": 0.045},  # a French turn Whisper base named Hebrew (measured): kept French
+        {"de": 0.9, "fr": 0.9 / (LANGUAGE_SWITCH_RATIO + 1)},  # just clear enough: German now
+        {"en": 0.7, "de": 0.1},  # "Yes." after German: too short to judge, and not kept as the session's
+        {"en": 0.5, "de": 0.2},  # a partial: its own language, but the session's stays
+        {"es": 0.6, "de": 0.3},
+    )
+    assert stt.detect_language(None, 2.0) == "fr" and stt.session_language == "fr"
+    assert stt.detect_language(None, 2.0) == "fr"
+    assert stt.detect_language(None, 2.0) == "de" and stt.session_language == "de"
+    assert stt.detect_language(None, 0.6) == "de" and stt.session_language == "de"
+    assert stt.detect_language(None, 2.0, final=False) == "de"
+    assert stt.detect_language(None, 2.0) == "de"  # 2x is no evidence to switch
+    stt.candidates = frozenset({"en", "fr"})  # among candidates: the first judged pass sets it
+    stt.session_language = None
+    stt.model = _Detections({"de": 0.8, "fr": 0.1, "en": 0.05})
+    assert stt.detect_language(None, 2.0) == "fr" and stt.session_language == "fr"
+
+
+@pytest.mark.models
+@needs_espeak
+def test_a_french_session_stays_french_where_whisper_names_another_language() -> None:
+    """espeak-ng's French that Whisper base names Malay or Hebrew alone (docs/languages.md) is
+    heard as French once the session is French; a clear English question still switches it."""
+    from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+
+    stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(stt_model="whisper-base", language="auto"), name="stt")
+    try:
+        stt.setup()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    turns = [
+        ("fr", "Quel est le plus grand océan du monde ?"),
+        ("fr", "Bonjour ! Quelle est la capitale de l'Italie ?"),
+        ("fr", "J'ai passé une longue journée au travail."),
+        ("en", "What is the capital of France?"),
+    ]
+    heard = [stt.transcribe(speak(question, language), 16_000) for language, question in turns]
+    assert [language for _, language in heard] == [language for language, _ in turns], heard
+    assert word_error_rate(turns[1][1], heard[1][0]) < 1.0, heard[1]  # French words, not "Ufoo! Kele la kapita"
+
+
 @pytest.fixture(scope="module")
 def four_languages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One spoken conversation, French, German, Spanish, then English, through the whole pipeline

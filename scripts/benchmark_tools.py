@@ -8,7 +8,10 @@ Two parts (``--part accuracy``, ``--part prefetch`` or both, the default):
 ``transformers``/``mlx-lm`` use ``<code>`` blocks) with its embedded default model
 (Qwen2.5-Coder-1.5B-Instruct; ``--llm_model`` picks another, e.g. ``qwen2.5-coder-0.5b``) and the sample tools of
 ``scripts/sample_tools.py`` (``get_time``, ``add``), on a fixed set of prompts: ten that need a tool
-and three that must not call one. Each prompt is a fresh conversation, answered in voice mode
+and six that must not call one (three are the no-tool turns of the conversation benchmark's tool
+dialogues). The table gives p(call): the call openers' probability at the reply's first token, which
+the call threshold judges (:mod:`handlers.llm.call_threshold`; llama-cpp only). Each prompt is a
+fresh conversation, answered in voice mode
 (the voice system prompt) and, with ``--modes voice,text``, also in text mode. A prompt passes
 when
 
@@ -60,19 +63,15 @@ import contextlib
 import importlib.util
 import json
 import logging
-import math
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from bench_common import REPO_ROOT, percentile
 
 #: the weather tool offered in part (b)
 WEATHER_TOOL: dict[str, Any] = {
@@ -137,6 +136,10 @@ CASES: list[Case] = [
     Case("Tell me a short joke.", None),
     Case("What is the capital of France?", None),
     Case("Say hello to my friend Anna.", None),
+    # the turns of the conversation benchmark's tool dialogues that must not call a tool
+    Case("Hi, I need some help with a few numbers.", None),
+    Case("Thanks! What's the capital of Spain?", None),
+    Case("Great, that's all I needed.", None),
 ]
 
 
@@ -160,6 +163,8 @@ class CaseResult:
     calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments JSON)
     rejected: list[str] = field(default_factory=list)  # <code> blocks the parser skipped, and why
     spoken: str = ""
+    #: the call openers' probability at the reply's first token (llama-cpp with a call threshold)
+    p_call: float | None = None
     seconds: float = 0.0
     passed: bool = False
     verdict: str = ""
@@ -259,6 +264,9 @@ def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
                     elif isinstance(out, TTSInput):
                         result.spoken += out.text + " "
                 result.seconds = time.monotonic() - began
+                result.p_call = getattr(llm, "last_call_probability", None)
+                if hasattr(llm, "last_call_probability"):
+                    llm.last_call_probability = None
                 result.rejected = list(collect.messages)
                 grade(result, sample)
                 results.append(result)
@@ -275,12 +283,13 @@ def run_accuracy(args: argparse.Namespace) -> list[CaseResult]:
 def print_accuracy(results: list[CaseResult]) -> None:
     """The per-prompt table and the pass rate per mode."""
     print("\n(a) tool-call accuracy, embedded model, sample tools (get_time, add)\n")
-    header = f"{'mode':<6} {'prompt':<40} {'expected':<26} {'calls made':<44} verdict"
+    header = f"{'mode':<6} {'prompt':<40} {'expected':<26} {'p(call)':>8} {'calls made':<44} verdict"
     print(header)
     print("-" * len(header))
     for r in results:
         calls = ", ".join(f"{name}({args})" for name, args in r.calls) or "-"
-        row = f"{r.mode:<6} {_cut(r.case.prompt, 40):<40} {_cut(r.case.what, 26):<26} {_cut(calls, 44):<44}"
+        p_call = "-" if r.p_call is None else f"{r.p_call:.4f}"
+        row = f"{r.mode:<6} {_cut(r.case.prompt, 40):<40} {_cut(r.case.what, 26):<26} {p_call:>8} {_cut(calls, 44):<44}"
         print(f"{row} {r.verdict}")
     print()
     for mode in dict.fromkeys(r.mode for r in results):
@@ -314,16 +323,6 @@ class Trial:
     claimed: bool = False
     provider_requests: int = 0
     error: str = ""
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) of ``values`` with linear interpolation."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    rank = (len(ordered) - 1) * q / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 async def run_trial(server: Any, provider: Any, scenario: str, prefetch: bool, delay_ms: int) -> Trial:

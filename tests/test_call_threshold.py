@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from handlers.llm.call_threshold import CALL_OPENERS, CallThreshold, opener_tokens
+from handlers.llm.call_threshold import CALL_OPENERS, BanCalls, CallThreshold, invents_numbers, opener_tokens
 
 OPENERS = {3, 4}
 
@@ -56,3 +56,23 @@ def test_banned_tokens_do_not_count() -> None:
     guard = CallThreshold(prompt_length=1, openers=OPENERS, threshold=0.5)
     scores = np.array([0.0, -np.inf, -np.inf, 0.0, -np.inf, -np.inf, -np.inf, -np.inf], dtype=np.float32)
     assert guard.call_probability(scores) == pytest.approx(0.5)
+
+
+def test_made_up_numbers_are_told_from_numbers_the_user_said() -> None:
+    assert invents_numbers('{"a": 5, "b": 3}', "Hi, I need some help with a few numbers.")
+    assert invents_numbers('{"values": [{"x": 2.5}]}', "Can you help me with a sum?")  # at any depth
+    assert not invents_numbers('{"a": 17, "b": 25}', "What is 17 plus 25?")
+    assert not invents_numbers('{"a": 17, "b": 25}', "Can you add seventeen and twenty five?")
+    assert not invents_numbers('{"a": 0.5, "b": 4}', "Add a half and Four.")
+    assert not invents_numbers('{"timezone": "Asia/Tokyo"}', "What time is it in Tokyo?")  # no number in it
+    assert not invents_numbers('{"enabled": true}', "Turn it on.")  # a boolean is no number
+    assert not invents_numbers("not json {", "Hello there.")  # left to the tool's own check
+
+
+def test_banned_calls_leave_the_first_token_to_words() -> None:
+    ban = BanCalls(prompt_length=5, openers=OPENERS)
+    scores = logits_with({3: 0.9, 0: 0.05})
+    out = ban(np.zeros(5), scores.copy())
+    assert np.isneginf(out[[3, 4]]).all() and int(np.argmax(out)) == 0
+    later = logits_with({3: 0.9})
+    assert np.array_equal(ban(np.zeros(6), later.copy()), later)  # only the first token

@@ -1,10 +1,12 @@
 """Spoken questions that need a tool, through the real STT and the embedded 1.5B with the sample tools.
 
-espeak-ng says each question, the embedded Whisper tiny.en transcribes it, and the llama.cpp stage
-(Qwen2.5-Coder-1.5B-Instruct, the voice system prompt with its tool rules, the model's tool-call
-threshold) answers the transcript as a spoken turn. Before the threshold and the tool rules, the
-1.5B answered the time and sums from memory ("The current date and time in Tokyo is
-2023-10-05T14:30:00+09:00"); a question no tool serves must still get no call.
+espeak-ng (or the embedded Piper voice) says each question, the embedded Whisper tiny.en
+transcribes it, and the llama.cpp stage (Qwen2.5-Coder-1.5B-Instruct, the voice system prompt
+with its tool rules, the model's tool-call threshold) answers the transcript as a spoken turn.
+Before the threshold and the tool rules, the 1.5B answered the time and sums from memory ("The
+current date and time in Tokyo is 2023-10-05T14:30:00+09:00"); a question no tool serves must
+still get no call, and a turn the threshold forces into a call that makes up its numbers gets
+words instead.
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ QUESTIONS: dict[str, tuple[str, dict[str, Any]] | None] = {
     "What time is it in Tokyo?": ("get_time", {"timezone": "Asia/Tokyo"}),
     "Can you add seventeen and twenty five?": ("add", {"a": 17, "b": 25}),
     "What is the capital of France?": None,
+    # p(call) above the threshold; the call it was forced into made up add(5, 3), now undone
+    "Hi, I need some help with a few numbers.": None,
 }
+#: a word the reply to each question that needs no call must say
+ANSWERS = {"What is the capital of France?": "paris", "Hi, I need some help with a few numbers.": "number"}
+#: questions said by the embedded Piper voice instead (tiny.en hears espeak-ng's "numbers" as "hummors")
+PIPER = {"Hi, I need some help with a few numbers."}
 
 
 def spoken(text: str, folder: Path) -> np.ndarray:
@@ -60,7 +68,12 @@ def transcripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("speech")
     stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(), name="stt")
     stt.setup()
-    return {question: stt.transcribe(spoken(question, folder), 16_000)[0] for question in QUESTIONS}
+    from tests.turn_harness import synthesize
+
+    def audio(question: str) -> np.ndarray:
+        return synthesize(question) if question in PIPER else spoken(question, folder)
+
+    return {question: stt.transcribe(audio(question), 16_000)[0] for question in QUESTIONS}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +102,7 @@ def test_a_spoken_question_calls_the_tool_it_needs(question: str, transcripts: d
     expected = QUESTIONS[question]
     if expected is None:
         assert calls == [], f"heard {heard!r}, called {calls}"
-        assert "paris" in said.lower(), f"heard {heard!r}, said {said!r}"
+        assert said.strip() and ANSWERS[question] in said.lower(), f"heard {heard!r}, said {said!r}"
         return
     name, arguments = expected
     assert [call[0] for call in calls] == [name], f"heard {heard!r}, said {said!r}"

@@ -33,6 +33,7 @@ import atexit
 import collections
 import contextlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -44,13 +45,13 @@ from typing import Any
 
 from llama_cpp import LogitsProcessorList
 
-from handlers.llm.call_threshold import CallThreshold, opener_tokens
+from handlers.llm.call_threshold import BanCalls, CallThreshold, invents_numbers, opener_tokens
 from handlers.llm.echo_guard import EchoGuard, opening_tokens
 from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill
 from speech_to_speech.core.events import EngineWait, Event, UserTranscriptDelta
 from speech_to_speech.core.shared import shared_model
-from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta, Usage
+from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta, ToolCall, Usage
 from speech_to_speech.llm.local import LocalLLMHandler
 from speech_to_speech.llm.serialize import template_messages, to_chat_messages
 from speech_to_speech.llm.tools.json_calls import JsonCallExtractor
@@ -357,6 +358,9 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         self.call_threshold = model.call_threshold if model is not None else None
         self.compact_voice_prompt = model is not None and model.compact_prompt
         self.last_prompt: PromptStats | None = None
+        #: the call openers' probability at the first token of the last reply that offered tools
+        #: under a call threshold (None: no such reply yet); benchmark_tools.py prints it
+        self.last_call_probability: float | None = None
         self.prompts: collections.deque[PromptStats] = collections.deque(maxlen=PROMPTS_KEPT)
         # the system prompt of a plain spoken reply goes into the KV cache now, not on the first turn
         system = {"role": "system", "content": self.system_prompt(True, None)}
@@ -429,8 +433,10 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         processors: list[Callable[[Any, Any], Any]] = []
         if _echo_guarded(request, messages):
             processors.append(self.engine.echo_guard(len(tokens), str(messages[-1]["content"])))
+        threshold = None
         if tools and request.tool_choice == "auto" and self.call_threshold and messages[-1].get("role") == "user":
-            processors.append(CallThreshold(len(tokens), self.engine.call_openers, self.call_threshold))
+            threshold = CallThreshold(len(tokens), self.engine.call_openers, self.call_threshold)
+            processors.append(threshold)
         pieces = self.engine.stream(
             tokens, request.max_output_tokens, request.temperature, should_stop, on_start, processors
         )
@@ -441,9 +447,44 @@ class LlamaCppLLMHandler(LocalLLMHandler):
                 yield TextDelta(text)
         else:
             extractor = JsonCallExtractor()
-            for text in pieces:
-                reply.append(text)
-                yield from self._tool_events(extractor.feed(text), request.tools)
-            yield from self._tool_events(extractor.flush(), request.tools)
+            held: list[ProviderEvent] = []  # a forced call's events, until its arguments are checked
+            for text in itertools.chain(pieces, [None]):
+                if text is not None:
+                    reply.append(text)
+                parts = extractor.feed(text) if text is not None else extractor.flush()
+                for event in self._tool_events(parts, request.tools):
+                    if threshold is not None and threshold.forced:
+                        held.append(event)
+                    else:
+                        yield event
+            # a forced call that names no known tool (the parser skipped it) or makes up its numbers
+            # is undone: the reply is generated again with the call openers banned
+            user_text = str(messages[-1].get("content") or "")
+            calls = [e for e in held if isinstance(e, ToolCall)]
+            if (
+                threshold is not None
+                and threshold.forced
+                and (not calls or any(invents_numbers(call.arguments, user_text) for call in calls))
+            ):
+                logger.info("%s: the forced tool call %s was undone; answering without one", self.name, calls)
+                held, reply, extractor = [], [], JsonCallExtractor()
+                again = [p for p in processors if p is not threshold] + [
+                    BanCalls(len(tokens), self.engine.call_openers)
+                ]
+                for text in self.engine.stream(
+                    tokens, request.max_output_tokens, request.temperature, should_stop, lambda _stats: None, again
+                ):
+                    reply.append(text)
+                    yield from self._tool_events(extractor.feed(text), request.tools)
+                yield from self._tool_events(extractor.flush(), request.tools)
+            yield from held
+        if threshold is not None:
+            self.last_call_probability = threshold.probability
+            logger.debug(
+                "%s: p(call) %.4f at the first token (forced: %s)",
+                self.name,
+                threshold.probability or 0.0,
+                threshold.forced,
+            )
         completion = self.engine.llm.tokenize("".join(reply).encode("utf-8"), add_bos=False) if reply else []
         yield Usage(len(tokens), len(completion))

@@ -108,3 +108,42 @@ def test_a_spoken_question_calls_the_tool_it_needs(question: str, transcripts: d
     assert [call[0] for call in calls] == [name], f"heard {heard!r}, said {said!r}"
     made = {key: value for key, value in calls[0][1].items() if value not in (None, "")}
     assert made == arguments, f"heard {heard!r}"
+
+
+def test_a_tool_result_after_a_question_back_is_answered_not_thanked(transcripts: dict[str, str], llm: Any) -> None:
+    """The 1.5B asked "What numbers do you need assistance with?"; the user's next words called add;
+    its result (shown to the model as a user turn) was thanked for ("Thank you! Is there anything
+    else...") until the result carried TOOL_RESULT_NOTE."""
+    from handlers.llm.llama_cpp_llm import _messages
+    from speech_to_speech.llm.api import LLMRequest, TextDelta
+    from speech_to_speech.llm.chat import Chat
+    from speech_to_speech.llm.prompts import TOOL_RESULT_NOTE
+
+    chat = Chat()
+    chat.add_item(
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Hi, I need some help with a few numbers."}],
+        }
+    )
+    chat.add_item(
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [
+                {"type": "output_text", "text": "Sure, I'd be happy to help! What numbers do you need assistance with?"}
+            ],
+        }
+    )
+    chat.add_item(
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Please add 120 and 80."}]}
+    )
+    chat.add_item({"type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 120, "b": 80}'})
+    chat.append_tool_output("call_1", '{"result": 200}')
+    request = LLMRequest(llm.system_prompt(True, None, None, llm.tools), chat.items(), tools=llm.tools)
+    said = "".join(e.text for e in llm.events(request, lambda: False) if isinstance(e, TextDelta))
+    assert "200" in said and "thank" not in said.lower(), said
+    messages = _messages(request)
+    assert messages[-1]["role"] == "tool" and messages[-1]["content"].endswith(TOOL_RESULT_NOTE)
+    assert all(TOOL_RESULT_NOTE not in str(m.get("content")) for m in messages[:-1])

@@ -53,6 +53,7 @@ from speech_to_speech.core.events import EngineWait, Event, UserTranscriptDelta
 from speech_to_speech.core.shared import shared_model
 from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta, ToolCall, Usage
 from speech_to_speech.llm.local import LocalLLMHandler
+from speech_to_speech.llm.prompts import TOOL_RESULT_NOTE
 from speech_to_speech.llm.serialize import template_messages, to_chat_messages
 from speech_to_speech.llm.tools.json_calls import JsonCallExtractor
 from speech_to_speech.llm.tools.prompt import function_tool_spec
@@ -311,6 +312,16 @@ def _echo_guarded(request: LLMRequest, messages: list[dict[str, Any]]) -> bool:
     return request.wants_audio and last.get("role") == "user" and isinstance(last.get("content"), str)
 
 
+def _messages(request: LLMRequest) -> list[dict[str, Any]]:
+    """The request's chat messages for the chat template; the newest tool result, when it ends
+    them, carries :data:`~speech_to_speech.llm.prompts.TOOL_RESULT_NOTE` (the template shows it
+    as a user turn)."""
+    messages = template_messages(request.chat_messages())
+    if messages and messages[-1].get("role") == "tool" and isinstance(messages[-1].get("content"), str):
+        messages[-1] = {**messages[-1], "content": f"{messages[-1]['content']}\n{TOOL_RESULT_NOTE}"}
+    return messages
+
+
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
     """Jinja's ``tojson`` as chat templates expect it (no HTML escaping, Unicode kept)."""
     return json.dumps(value, ensure_ascii=False, indent=indent)
@@ -407,12 +418,12 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         if base is None:
             return None
         tools = chat_tools(request.tools) if request.tool_choice != "none" else []
-        tokens = self.engine.tokenize(self.engine.render(template_messages(request.chat_messages()), tools))
+        tokens = self.engine.tokenize(self.engine.render(_messages(request), tools))
         return base + (len(tokens) - self.engine.cached_prefix(tokens)) / PREFILL_FLOOR_TOKENS_PER_S
 
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
         tools = chat_tools(request.tools) if request.tool_choice != "none" else []
-        messages = template_messages(request.chat_messages())
+        messages = _messages(request)
         prompt = self.engine.render(messages, tools)
         tokens = self.engine.tokenize(prompt)
         started = time.monotonic()

@@ -103,6 +103,14 @@ _VOICE_TOOL_RULES = (
     "A tool's result is not the user speaking: answer the user's question from it at once.",
 )
 
+#: Added to the newest tool result shown to a local model whose chat template renders tool results
+#: as a user turn (Qwen's: ``<|im_start|>user <tool_response>...``). After "Hi, I need some help with a
+#: few numbers." / "What numbers do you need assistance with?", the embedded 1.5B took the result
+#: of add(120, 80) for the user's reply and said "Thank you! Is there anything else I can help with?"
+#: (3 of 4 follow-ups; the conversation benchmark's "more sums" dialogue); with this note, 0 of 4,
+#: and the 4 follow-ups without that history kept their answers ("The sum of 120 and 80 is 200.").
+TOOL_RESULT_NOTE = "(Answer the user's last question from this result.)"
+
 #: The compact voice prompt, for small models (see :func:`build_voice_system_prompt`): the
 #: persona, then this. Measured on the conversation benchmark's 78 turns as typed transcripts
 #: (what the server heard), Qwen2.5-Coder-0.5B, greedy, with the echo guard: 47 right (60 %)

@@ -24,8 +24,9 @@ folder), or a CTranslate2 folder.
 ``languages``: questions spoken by espeak-ng in French, German, Spanish and English
 (:data:`LANGUAGE_QUESTIONS`), heard by the handler (short context, as in the pipeline) with the
 embedded tiny.en and with the embedded multilingual Whisper base (``--stt_model whisper-base``)
-detecting the language (``auto``), detecting among the four (``en,fr,de,es``) and pinned to the
-clip's language: word error rate and share of clips whose language was named right, per
+detecting the language (``auto``; each clip alone, and as a session that hears a language's
+questions in a row and keeps its language), detecting among the four (``en,fr,de,es``) and pinned
+to the clip's language: word error rate and share of clips whose language was named right, per
 language, and the time per pass (median of the minima over ``--rounds``); then the LibriVox
 English clips with tiny.en and base, for the latency cost on human speech.
 
@@ -264,16 +265,36 @@ def bench_turns(clips: int) -> None:
 
 
 # -- languages -------------------------------------------------------------------------------------
-#: three questions per language, spoken by espeak-ng for ``languages`` (and tests/test_languages.py)
+#: five questions per language, spoken by espeak-ng for ``languages``
 LANGUAGE_QUESTIONS = {
     "fr": [
         "Quelle est la capitale de la France ?",
         "Quel est le plus grand océan du monde ?",
         "Peux-tu me donner une recette de crêpes ?",
+        "Bonjour ! Quelle est la capitale de l'Italie ?",
+        "J'ai passé une longue journée au travail.",
     ],
-    "de": ["Was ist die Hauptstadt von Deutschland?", "Wie spät ist es jetzt?", "Wie viele Tage hat eine Woche?"],
-    "es": ["¿Cuál es la capital de España?", "¿Qué tiempo hace hoy en Madrid?", "¿Cuántos días tiene una semana?"],
-    "en": ["What is the capital of France?", "How many days are there in a week?", "Tell me a joke about cats."],
+    "de": [
+        "Was ist die Hauptstadt von Deutschland?",
+        "Wie spät ist es jetzt?",
+        "Wie viele Tage hat eine Woche?",
+        "Guten Tag, wie geht es Ihnen heute?",
+        "Kannst du mir bitte helfen?",
+    ],
+    "es": [
+        "¿Cuál es la capital de España?",
+        "¿Qué tiempo hace hoy en Madrid?",
+        "¿Cuántos días tiene una semana?",
+        "Hola, ¿cómo estás?",
+        "Me gusta mucho el café por la mañana.",
+    ],
+    "en": [
+        "What is the capital of France?",
+        "How many days are there in a week?",
+        "Tell me a joke about cats.",
+        "I had a really long day at work today.",
+        "Can you help me with something?",
+    ],
 }
 
 
@@ -291,15 +312,18 @@ def bench_languages(rounds: int) -> None:
             audio, rate = espeak.synthesize(question, language)
             clips.append((language, question, soxr.resample(audio, rate, 16_000).astype("float32")))
     librivox = [(ref, load_audio(path)) for path, ref in librivox_clips().items()]
-    settings = [("tiny.en", "whisper-tiny.en", "en"), ("base auto", "whisper-base", "auto")]
-    settings += [("base en,fr,de,es", "whisper-base", "en,fr,de,es"), ("base pinned", "whisper-base", "")]
+    # (label, model, --language, session): a session hears a language's questions in a row and
+    # keeps its language (see faster_whisper_stt); else every clip is judged alone
+    settings = [("tiny.en", "whisper-tiny.en", "en", False), ("base auto", "whisper-base", "auto", False)]
+    settings += [("base auto, session", "whisper-base", "auto", True)]
+    settings += [("base en,fr,de,es", "whisper-base", "en,fr,de,es", False), ("base pinned", "whisper-base", "", False)]
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
     print(f"{len(clips)} espeak-ng questions, {len(librivox)} LibriVox clips; stt_cpu_threads 1, int8, beam 1;")
     print(f"{rounds} rounds, min per clip\n")
     common: dict[str, Any] = {"stop_event": threading.Event(), "input_queue": None, "output_queue": None}
     header = f"{'setting':<18} {'lang':<4} {'clips':>5} {'WER':>6} {'lang ok':>7} {'ms/pass':>8}"
     rows, human, details = [header], [f"{'setting':<18} {'clips':>5} {'WER':>6} {'ms/pass':>8} {'RTF':>6}"], []
-    for label, model, setting in settings:
+    for label, model, setting, session in settings:
         config = STTConfig(model, language=setting or "en", stt_compute_type="int8", stt_beam_size=1)
         stt = FasterWhisperSTTHandler(**common, gate=Gate(), bus=EventBus(), config=config, name="stt")
         stt.load()
@@ -309,6 +333,8 @@ def bench_languages(rounds: int) -> None:
             for index, (language, _, samples) in enumerate(clips):
                 if not setting:
                     stt.set_language(language)
+                elif not session or index == 0 or clips[index - 1][0] != language:
+                    stt.set_language(setting)  # a new session
                 start = time.perf_counter()
                 heard[index] = stt.transcribe(samples, 16_000)
                 best[index] = min(best.get(index, 1e9), (time.perf_counter() - start) * 1000)
@@ -322,7 +348,7 @@ def bench_languages(rounds: int) -> None:
                 f" {ms:8.0f}"
             )
             details += [f"  {label:<18} {clips[i][1]!r} -> {heard[i][1]} {heard[i][0]!r}" for i in mine]
-        if setting in ("en", "auto"):  # the same model on human English speech: the latency cost
+        if setting in ("en", "auto") and not session:  # the same model on human English speech: the latency cost
             stt.set_language("en")
             times, wers, seconds = [], [], 0.0
             for ref, samples in librivox:

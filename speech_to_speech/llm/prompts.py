@@ -59,14 +59,16 @@ _VOICE_LEAD = (
 #: rest is generated, as people answer ("Jupiter.") and then explain. Small local models also repeat or
 #: paraphrase what the user told them without examples of reactions. They sit in the system prompt,
 #: which stays in the KV cache, so they cost nothing per turn; none is a turn of the conversation
-#: benchmark (``scripts/data/quality_dialogues.json``), and two statements are literary, like the
+#: benchmark (``scripts/data/quality_dialogues.json``) or of the spoken latency set
+#: (``scripts/data/spoken_turns.txt``), and two statements are literary, like the
 #: LibriVox sentences people read out. No example answers a number from memory: with "How many
 #: days does a leap year have?" / "366." among them, the 1.5B answered two of five sums itself
 #: instead of calling the add tool (``scripts/benchmark_tools.py``: 8/10 tool prompts right, 9/10
-#: with this set, p(call) of every tool prompt up by 1.3-5x).
+#: with this set, p(call) of every tool prompt up by 1.3-5x; with "Who painted the Mona Lisa?" in
+#: place of penicillin, 8/10).
 VOICE_EXAMPLES = (
     ("What is the tallest mountain in the world?", "Mount Everest. It is in the Himalayas."),
-    ("Who wrote Romeo and Juliet?", "Shakespeare. Around 1595."),
+    ("Who discovered penicillin?", "Alexander Fleming. In 1928."),
     ("Is a tomato a fruit?", "Yes, it is. Botanically, a berry."),
     ("I just got back from a week in Portugal.", "Oh, nice! What was the best part?"),
     ("She had never seen the sea before that summer.", "What a moment! Where was it?"),

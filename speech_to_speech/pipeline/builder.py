@@ -40,6 +40,7 @@ from speech_to_speech.speech.audio_io import (
     check_input_device,
     check_output_device,
 )
+from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnavailable
 from speech_to_speech.speech.playback import PlaybackReference
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
@@ -175,6 +176,9 @@ class Ends:
             (a speaker, a WebRTC call): the VAD sets its echo aside
             (:class:`~speech_to_speech.turns.echo.EchoGate`); None: no echo (a file, a WebSocket
             client, whose playback the server does not see).
+        raw_input: the input is a raw microphone, not cleaned of the voice's echo by its client
+            (local mode's); ``--echo_cancel auto`` cancels the echo only then (a browser on a
+            WebRTC call cancels its own).
     """
 
     sink: EndFactory
@@ -183,6 +187,7 @@ class Ends:
     queue_sizes: Mapping[str, int] = field(default_factory=lambda: dict(QUEUE_SIZES))
     thread_prefix: str = ""
     playback: PlaybackReference | None = None
+    raw_input: bool = False
 
 
 @functools.cache
@@ -273,6 +278,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
             interruptions=interruptions,
             semantic_turns=features.smart_turn,
             echo=EchoGate(echo_reference) if echo_reference is not None else None,
+            canceller=_canceller(args, ends),
         )
         # the transcript of a pause the end-of-turn model judged unfinished may still read finished:
         # the STT tells the VAD, at the head of its input queue
@@ -392,7 +398,29 @@ def local_ends(args: argparse.Namespace) -> Ends:
 
     if args.input_text:
         return Ends(sink, text_source, speech_input=False)
-    return Ends(sink, file_source if args.input_audio else microphone, playback=playback)
+    return Ends(sink, file_source if args.input_audio else microphone, playback=playback, raw_input=live)
+
+
+def _canceller(args: argparse.Namespace, ends: Ends) -> EchoCanceller | None:
+    """The input's echo canceller and noise suppression (``--echo_cancel``, ``--noise_suppression``).
+
+    Raises:
+        PipelineError: ``--echo_cancel`` is not auto, true or false; or the livekit wheel is
+            missing for a setting that asked for it explicitly (auto without it only warns).
+    """
+    wanted = str(args.echo_cancel).lower()
+    if wanted not in ("auto", "true", "false"):
+        raise PipelineError(f"--echo_cancel must be auto, true or false, not {args.echo_cancel!r}")
+    cancel = ends.playback is not None and (wanted == "true" or (wanted == "auto" and ends.raw_input))
+    if not (cancel or args.noise_suppression):
+        return None
+    try:
+        return EchoCanceller(ends.playback if cancel else None, noise_suppression=args.noise_suppression)
+    except EchoCancellerUnavailable as exc:
+        if wanted == "auto" and not args.noise_suppression:
+            logger.warning("%s; the echo gate alone keeps the voice's echo out", exc)
+            return None
+        raise PipelineError(str(exc)) from None
 
 
 _NO_DEVICE_HINT = (

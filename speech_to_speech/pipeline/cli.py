@@ -284,15 +284,12 @@ _HELP = {
     "max_speech_ms": "a turn is cut at this length, ms",
     "interrupt_response": "user speech cancels the reply being spoken (barge-in), true/false",
     "turn_grace_ms": "speech resuming within this time after an endpoint reopens the turn, ms; 0 turns it off",
-    "speculative_silence_ms": (
-        "silence after which the turn is sent on speculatively, before --min_silence_ms confirms it, ms; 0 turns it off"
-    ),
+    "speculative_silence_ms": "silence after which the turn is sent on speculatively, before --min_silence_ms "
+    "confirms it, ms; 0 turns it off",
     "partial_interval_ms": "while the user speaks, a partial transcript every this much audio, ms; 0 turns it off",
-    "turn_detection": (
-        "how a turn ends: smart_turn (after --speculative_silence_ms of silence the Smart Turn model judges "
-        "whether the user is done), silence (--min_silence_ms of silence), or auto (smart_turn when its model "
-        "is installed: the smart-turn extra)"
-    ),
+    "turn_detection": "how a turn ends: smart_turn (after --speculative_silence_ms of silence the Smart Turn model "
+    "judges whether the user is done), silence (--min_silence_ms of silence), or auto (smart_turn when its model "
+    "is installed: the smart-turn extra)",
     "turn_threshold": "smart_turn: P(turn complete) at or above which the turn ends at once",
     "turn_max_silence_ms": "smart_turn: silence that ends a turn the model judged unfinished, ms",
     "turn_question_silence_ms": "smart_turn: silence that ends an unfinished turn whose transcript is a question, ms",
@@ -302,10 +299,11 @@ _HELP = {
         "(from the start of the speech, or its end once it ended) resumes it, anything else interrupts it, ms; "
         "0: speech interrupts at once"
     ),
-    "echo_gate": (
-        "where the microphone can hear the assistant (live mode's speaker, a WebRTC call), speech no louder than "
-        "the echo of what the assistant just played is not speech, and a transcript of only its words is its echo"
-    ),
+    "echo_gate": "where the input can hear the assistant (live mode's speaker, a WebRTC call), speech no louder than "
+    "the echo of what it just played is not speech, and a transcript of only its words is its echo",
+    "echo_cancel": "WebRTC's echo canceller (AEC3) removes the assistant's voice from the input: auto (where a raw "
+    "microphone hears it: local mode's speaker), true (also on WebRTC calls) or false",
+    "noise_suppression": "WebRTC's noise suppression on the input before VAD and STT, true/false",
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
     "stt_model": (
         "STT model: whisper-base (embedded, multilingual; the multilingual extra), whisper-tiny.en, a CTranslate2 "

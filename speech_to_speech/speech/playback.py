@@ -110,11 +110,19 @@ class PlaybackReference:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._blocks: collections.deque[tuple[float, float]] = collections.deque()
+        self._taps: list[Callable[[np.ndarray, int, float], None]] = []
+
+    def tap(self, listener: Callable[[np.ndarray, int, float], None]) -> None:
+        """Also hand every block :meth:`add` records to ``listener(samples, sample_rate, start)``,
+        in the thread that adds it (an echo canceller keeps the audio itself, not only its level)."""
+        self._taps.append(listener)
 
     def add(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Record float32 mono ``samples`` at ``sample_rate`` Hz that play (or leave) from ``start``
         (monotonic s), in time order; silence may be recorded or left out (a window's loudest
         block is what counts)."""
+        for listener in self._taps:
+            listener(samples, sample_rate, start)
         block = max(1, round(REFERENCE_BLOCK_S * sample_rate))
         levels = [(start + i / sample_rate, rms(samples[i : i + block])) for i in range(0, len(samples), block)]
         with self._lock:

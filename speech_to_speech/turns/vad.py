@@ -40,6 +40,7 @@ from speech_to_speech.core.events import (
 from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import AudioChunk, PartialSpeech, SpeechSegment
 from speech_to_speech.core.priority import CRITICAL
+from speech_to_speech.speech.echo_cancel import EchoCanceller
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.endpointer import (
     CHUNK_SAMPLES,
@@ -110,6 +111,10 @@ class VADConfig:
             once (no pause).
         echo_gate: where the input can hear the assistant's voice (live mode's speaker, a
             WebRTC call), set aside what its echo explains (:mod:`speech_to_speech.turns.echo`).
+        echo_cancel: "auto" (cancel the voice's echo in the input where the input is a raw
+            microphone that hears it: local mode's), "true" (also on WebRTC calls), "false"
+            (:mod:`speech_to_speech.speech.echo_cancel`).
+        noise_suppression: WebRTC's noise suppression on the input, before VAD and STT.
     """
 
     vad_threshold: float = 0.5
@@ -128,6 +133,8 @@ class VADConfig:
     turn_statement_silence_ms: int = 1000
     resume_within_ms: int = 1500
     echo_gate: bool = True
+    echo_cancel: str = "auto"
+    noise_suppression: bool = False
 
 
 class BaseVADHandler(BaseHandler):
@@ -154,6 +161,8 @@ class BaseVADHandler(BaseHandler):
 
     With :attr:`echo` set (the user's microphone can hear the assistant's voice), each chunk's
     score goes through the echo gate first: a chunk the voice just played can explain scores 0.
+    With :attr:`canceller` set, every input block is cleaned of the voice's echo (and of noise)
+    before anything else sees it: the VAD, the end-of-turn model and the STT.
 
     With :attr:`semantic_turns` set, :meth:`setup` loads the end-of-turn model of
     ``turn_detection``; at each pause it judges the utterance first: "complete" endpoints
@@ -167,6 +176,7 @@ class BaseVADHandler(BaseHandler):
         interruptions: the judge of speech during a reply (None: speech cancels the reply).
         semantic_turns: end turns with the model of ``config.turn_detection`` (False: on silence).
         echo: sets aside the echo of the assistant's voice (None: the input cannot hear it).
+        canceller: the input's echo canceller and noise suppression (None: the input as it comes).
         *args, **kwargs: the :class:`~speech_to_speech.core.handler.BaseHandler` arguments.
     """
 
@@ -179,6 +189,7 @@ class BaseVADHandler(BaseHandler):
         interruptions: Interruptions | None = None,
         semantic_turns: bool = False,
         echo: EchoGate | None = None,
+        canceller: EchoCanceller | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -208,6 +219,8 @@ class BaseVADHandler(BaseHandler):
         self._during_reply = False  # the utterance in progress paused a reply
         #: sets aside the echo of the assistant's voice (None, the default: no echo possible)
         self.echo = echo
+        #: cleans the input of the voice's echo and of noise first (None, the default: raw input)
+        self.canceller = canceller
 
     def setup(self) -> None:
         self.load()
@@ -252,7 +265,10 @@ class BaseVADHandler(BaseHandler):
     def process(self, item: AudioChunk) -> Iterator[SpeechSegment | PartialSpeech]:
         if item.sample_rate != SAMPLE_RATE:
             raise ValueError(f"VAD expects {SAMPLE_RATE} Hz audio, got {item.sample_rate} Hz")
-        self._pending = np.concatenate([self._pending, np.asarray(item.samples, dtype=np.float32)])
+        samples = np.asarray(item.samples, dtype=np.float32)
+        if self.canceller is not None:
+            samples = self.canceller.process(samples, item.time)
+        self._pending = np.concatenate([self._pending, samples])
         while len(self._pending) >= CHUNK_SAMPLES:
             chunk, self._pending = self._pending[:CHUNK_SAMPLES], self._pending[CHUNK_SAMPLES:]
             probability = self.speech_probability(chunk)  # always: the model's state follows the stream

@@ -95,7 +95,14 @@ LANGUAGE_SWITCH_RATIO = 50.0
 #: a transcript that starts over after a sentence end repeats at least this many of its first words
 #: (:func:`cut_restart`)
 RESTART_MIN_WORDS = 3
-#: thresholds of Whisper's own fallback rule (the reference implementation's defaults)
+#: thresholds of Whisper's own fallback rule (the reference implementation's defaults). Only a
+#: looping or repetitive short-context pass is redone in the 30 s window: one that is merely
+#: improbable (mean log-probability under :data:`LOG_PROB_MIN`) is kept. Redoing those did not
+#: help: on 78 English turns (LibriVox and the conversation benchmark's Piper and espeak-ng
+#: voices, tiny.en) two were improbable, and the full window gave the same words for one and
+#: as wrong ones for the other, at 530-600 ms instead of ~100 ms; on espeak-ng's French, German
+#: and Spanish (Whisper base) it took 1.3-10 s a pass (faster-whisper's temperature fallbacks)
+#: for words as wrong as before.
 COMPRESSION_RATIO_MAX = 2.4
 LOG_PROB_MIN = -1.0
 NO_SPEECH_MIN = 0.6
@@ -239,6 +246,8 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
             beam_size=self.config.stt_beam_size,
             condition_on_previous_text=False,
             vad_filter=False,
+            # the short context's budget: a pass that loops again stops there, not at 448 tokens
+            max_new_tokens=TOKENS_MIN + int(TOKENS_PER_S * min(len(samples), 30 * sample_rate) / sample_rate),
         )
         text = " ".join(segment.text.strip() for segment in segments)
         return text.strip(), info.language
@@ -333,8 +342,10 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         if looping and (first := cut_restart(text.split())) is not None and not is_looping([], first):
             logger.debug("short-context pass read the speech again (%r); keeping the first reading", text)
             text, looping = " ".join(first), False
-        if looping or get_compression_ratio(text) > COMPRESSION_RATIO_MAX or avg_log_prob < LOG_PROB_MIN:
+        if looping or get_compression_ratio(text) > COMPRESSION_RATIO_MAX:
             self.full_window_passes += 1
             logger.debug("short-context pass unreliable (%r); using the full window", text)
             return None
+        if avg_log_prob < LOG_PROB_MIN:  # unsure, but the full window is no surer (see LOG_PROB_MIN)
+            logger.debug("short-context pass improbable (%r, %.2f); kept", text, avg_log_prob)
         return text, language

@@ -48,8 +48,17 @@ the server heard against what was said, then a row per category and the failing 
     python scripts/benchmark_quality.py                                  # the default model
     python scripts/benchmark_quality.py --dialogues 2 --verbose          # a quick run
     python scripts/benchmark_quality.py --only tools                     # the dialogues that offer tools
+    python scripts/benchmark_quality.py --languages                      # fr, de, es, en: one table per language
     python scripts/benchmark_quality.py --json run.json; python scripts/benchmark_quality.py --rescore run.json
     python scripts/benchmark_quality.py --model default --model other.gguf -- --temperature 0
+
+``--languages`` runs the dialogues of ``scripts/data/language_dialogues.json`` instead: five fact
+questions in each of French, German, Spanish and English (the control), said by espeak-ng's voice of
+the language, against a server with the embedded multilingual Whisper detecting the language
+(:data:`LANGUAGE_FLAGS`), and adds a table per language: the language the server named, facts right,
+word error rate, the STT pass and voice-to-voice, and its difference from English. With
+``--pin_language`` each session names its language (``transcription.language``), as a client that
+knows its user's language does: what is heard and answered when detection is not in the way.
 
 Exit status: 0 when every server started and every turn got a reply, 1 otherwise, 2 on bad flags.
 """
@@ -70,12 +79,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import REPO_ROOT, Child, cell, find_clips, free_port, percentile, print_table, read_transcripts
-from quality_scoring import CATEGORIES, REACTION_KINDS, Dialogue, Turn, Verdict, load_dialogues, score_turn
+from quality_scoring import (
+    CATEGORIES,
+    LANGUAGE_DIALOGUES_FILE,
+    REACTION_KINDS,
+    Dialogue,
+    Turn,
+    Verdict,
+    load_dialogues,
+    score_turn,
+)
 
 PROG = "benchmark_quality.py"
 MAIN = str(REPO_ROOT / "s2s_pipeline.py")
-#: the espeak-ng voice (US English, a female variant) and its speed, words per minute
+#: the espeak-ng voice (US English, a female variant) and its speed, words per minute; a dialogue in
+#: another language is said by espeak-ng's voice of that language (``-v fr``), at the same speed
 ESPEAK_VOICE, ESPEAK_WPM = "en-us+f3", 165
+#: the server flags ``--languages`` adds unless the flags after ``--`` set them: the embedded
+#: multilingual Whisper, detecting the language (a session keeps the one it detected)
+LANGUAGE_FLAGS = {"--stt_model": "whisper-base", "--language": "auto"}
 #: silence between the sentences of a Piper synthesis, s
 PIPER_PAUSE_S = 0.25
 #: the unscored first turn of every server
@@ -108,10 +130,12 @@ class Synthesiser:
         self.cache = cache
         self._piper: Any = None
 
-    def path(self, voice: str, text: str) -> Path:
-        """The cached file of ``text`` said by ``voice`` (made when missing)."""
+    def path(self, voice: str, text: str, language: str = "en") -> Path:
+        """The cached file of ``text`` said by ``voice`` in ``language`` (made when missing)."""
         import hashlib
 
+        if language != "en":
+            voice = f"{voice}-{language}"
         digest = hashlib.sha1(f"{voice}|{ESPEAK_VOICE}|{ESPEAK_WPM}|{text}".encode()).hexdigest()[:16]
         path = self.cache / f"{voice}-{digest}.wav"
         if not path.is_file():
@@ -120,7 +144,7 @@ class Synthesiser:
             if voice == "piper":
                 self._piper_to(partial, text)
             else:
-                self._espeak_to(partial, text)
+                self._espeak_to(partial, text, ESPEAK_VOICE if language == "en" else language)
             partial.replace(path)
         return path
 
@@ -138,8 +162,8 @@ class Synthesiser:
         sf.write(str(path), np.concatenate(parts[:-1]), rate)
 
     @staticmethod
-    def _espeak_to(path: Path, text: str) -> None:
-        command = ["espeak-ng", "-v", ESPEAK_VOICE, "-s", str(ESPEAK_WPM), "-w", str(path), text]
+    def _espeak_to(path: Path, text: str, espeak_voice: str) -> None:
+        command = ["espeak-ng", "-v", espeak_voice, "-s", str(ESPEAK_WPM), "-w", str(path), text]
         subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
@@ -167,19 +191,19 @@ def prepare_speech(dialogues: list[Dialogue], cache: Path, notes: list[str]) -> 
     transcripts = read_transcripts(list(clips.values()))
     synth = Synthesiser(cache)
 
-    def one(turn: Turn, voice: str) -> Speech:
+    def one(turn: Turn, voice: str, language: str) -> Speech:
         if turn.clip and turn.clip in clips and turn.clip in transcripts:
             path, said, source = clips[turn.clip], transcripts[turn.clip], "librivox"
         else:
             said = turn.say
             if turn.clip:
                 notes.append(f"LibriVox clip {turn.clip} not found: its transcript is synthesised ({voice})")
-            path, source = synth.path(voice, said), voice
+            path, source = synth.path(voice, said, language), voice
         samples = load_wire_audio(path)
         end = speech_end_s(samples.astype("float32") / 32768, WIRE_RATE) or len(samples) / WIRE_RATE
         return Speech(samples, end, said, source)
 
-    return [[one(turn, d.voice) for turn in d.turns] for d in dialogues]
+    return [[one(turn, d.voice, d.language) for turn in d.turns] for d in dialogues]
 
 
 # -- one dialogue, one session -----------------------------------------------------------------------
@@ -198,6 +222,8 @@ class TurnRecord:
     reply: str = ""
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
+    language: str = ""  # the language the server heard (the transcription's "languages")
+    stt_ms: float | None = None  # the server's STT pass (response.done's metadata, s2s_stt_ms)
     latency_ms: float | None = None
     speech_turns: int = 0
     wer: float | None = None
@@ -268,6 +294,7 @@ def _read_turn(record: TurnRecord, events: list[dict[str, Any]], times: list[flo
         kind = event.get("type")
         if kind == "conversation.item.input_audio_transcription.completed":
             heard.append(str(event.get("transcript") or "").strip())
+            record.language = next((str(x.get("code")) for x in event.get("languages") or []), record.language)
         elif kind == "input_audio_buffer.speech_started":
             record.speech_turns += 1
         elif kind == "response.output_audio.delta" and record.latency_ms is None and at >= speech_end:
@@ -275,6 +302,9 @@ def _read_turn(record: TurnRecord, events: list[dict[str, Any]], times: list[flo
         elif kind == "response.done":
             response = event["response"]
             record.statuses.append(str(response.get("status")))
+            stt = (response.get("metadata") or {}).get("s2s_stt_ms")
+            if stt is not None and record.stt_ms is None:
+                record.stt_ms = float(stt)
             texts = []
             for item in response.get("output", []):
                 if item.get("type") == "function_call":
@@ -300,9 +330,16 @@ def score_record(record: TurnRecord, turn: Turn, previous: str, tools: bool) -> 
 
 
 async def run_dialogue(
-    url: str, dialogue: Dialogue, speech: list[Speech], tail_s: float, timeout_s: float, verbose: bool
+    url: str,
+    dialogue: Dialogue,
+    speech: list[Speech],
+    tail_s: float,
+    timeout_s: float,
+    verbose: bool,
+    pin_language: bool = False,
 ) -> list[TurnRecord]:
-    """One session: every turn of ``dialogue`` spoken in turn, each waited for and scored."""
+    """One session: every turn of ``dialogue`` spoken in turn, each waited for and scored; with
+    ``pin_language`` the session pins the dialogue's language (``transcription.language``)."""
     import numpy as np
     import sample_tools
 
@@ -319,7 +356,10 @@ async def run_dialogue(
     try:
         await log.wait_for("session.created", 60)
         vad = {"type": "server_vad", "interrupt_response": True, "create_response": True}
-        await client.send(session_update(vad, tools=sample_tools.TOOLS if dialogue.tools else None))
+        update = session_update(vad, tools=sample_tools.TOOLS if dialogue.tools else None)
+        if pin_language:
+            update["session"]["audio"]["input"]["transcription"] = {"language": dialogue.language}
+        await client.send(update)
         await log.wait_for("session.updated", 60)
         previous = ""
         for record, turn, s in zip(records, dialogue.turns, speech, strict=True):
@@ -390,7 +430,9 @@ def run_model(
             print(f"[{number}/{len(dialogues)}] {dialogue.name} ...", file=sys.stderr, flush=True)
             try:
                 records = asyncio.run(
-                    run_dialogue(url, dialogue, turns, args.tail_s, args.turn_timeout_s, args.verbose)
+                    run_dialogue(
+                        url, dialogue, turns, args.tail_s, args.turn_timeout_s, args.verbose, args.pin_language
+                    )
                 )
             except Exception as exc:
                 records = [TurnRecord(dialogue.name, 1, dialogue.turns[0].kind, "", "", error=repr(exc)[:200])]
@@ -491,6 +533,47 @@ def report(results: list[ModelResult], dialogues: list[Dialogue], extra: list[st
             print(f"      reply: {r.reply[:240]!r}")
 
 
+def language_report(results: list[ModelResult], dialogues: list[Dialogue]) -> None:
+    """Per model and spoken language: the language the server named, facts right, what it heard and
+    how fast (``--languages``; issue 30 item 3)."""
+    spoken = {d.name: d.language for d in dialogues}
+    headers = ["model", "language", "turns", "named right", "facts right", "STT WER", "STT p50", "STT max"]
+    headers += ["1st audio p50", "p90", "p50 - en"]
+    rows = []
+    for res in results:
+        by_language: dict[str, list[TurnRecord]] = {}
+        for r in res.records:
+            by_language.setdefault(spoken.get(r.dialogue, "?"), []).append(r)
+        english = percentile([r.latency_ms for r in by_language.get("en", []) if r.latency_ms is not None], 50)
+        for language, recs in by_language.items():
+            named = sum(r.language == language for r in recs)
+            stt = [r.stt_ms for r in recs if r.stt_ms is not None]
+            wers = [r.wer for r in recs if r.wer is not None]
+            latency = [r.latency_ms for r in recs if r.latency_ms is not None]
+            p50 = percentile(latency, 50)
+            rows.append(
+                [
+                    Path(res.model).name,
+                    language,
+                    str(len(recs)),
+                    f"{named}/{len(recs)}",
+                    _pct(recs),
+                    cell(sum(wers) / len(wers) if wers else None, 2),
+                    cell(percentile(stt, 50)),
+                    cell(max(stt) if stt else None),
+                    cell(p50),
+                    cell(percentile(latency, 90)),
+                    cell(p50 - english if p50 is not None and english is not None else None),
+                ]
+            )
+    print_table(headers, rows)
+    print(
+        "\nnamed right: turns whose transcription named the language spoken (the event's 'languages'); STT: the "
+        "server's pass (response.done metadata s2s_stt_ms); 1st audio: voice-to-voice, as in the table above; "
+        "p50 - en: against the English control dialogue."
+    )
+
+
 def summary(dialogues: list[Dialogue]) -> None:
     """Print the dialogues and the count of turns per kind and per category."""
     kinds: dict[str, int] = {}
@@ -534,6 +617,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="PATH", help="also write every turn here")
     parser.add_argument("--server_log", metavar="PATH", help="append the server's output (stdout, then stderr) here")
     parser.add_argument("--rescore", type=Path, metavar="PATH", help="score the turns a --json run saved; no server")
+    parser.add_argument(
+        "--languages",
+        action="store_true",
+        help="the per-language dialogues (fact questions in fr, de, es and en, said by espeak-ng), with the server "
+        "flags " + " ".join(f"{k} {v}" for k, v in LANGUAGE_FLAGS.items()) + " unless given after --",
+    )
+    parser.add_argument(
+        "--pin_language",
+        action="store_true",
+        help="each session pins its dialogue's language (session.update transcription.language) instead of the "
+        "server's --language",
+    )
     return parser
 
 
@@ -547,7 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dialogues must be at least 1")
     if args.tail_s < 0.6 or args.turn_timeout_s <= 0:
         parser.error("--tail_s must be at least 0.6 (the VAD must see the end) and --turn_timeout_s positive")
-    dialogues = [d for d in load_dialogues() if not args.only or any(t in d.name for t in args.only)]
+    every = load_dialogues(LANGUAGE_DIALOGUES_FILE) if args.languages else load_dialogues()
+    dialogues = [d for d in every if not args.only or any(t in d.name for t in args.only)]
     dialogues = dialogues[: args.dialogues]
     if not dialogues:
         parser.error(f"no dialogue's name contains {' or '.join(map(repr, args.only))}")
@@ -555,8 +651,14 @@ def main(argv: list[str] | None = None) -> int:
         summary(dialogues)
         if args.rescore:
             print()
-            report(rescore(args.rescore, dialogues), dialogues, extra)
+            rescored = rescore(args.rescore, dialogues)
+            report(rescored, dialogues, extra)
+            if args.languages:
+                print()
+                language_report(rescored, dialogues)
         return 0
+    if args.languages:
+        extra = [*(a for k, v in LANGUAGE_FLAGS.items() if k not in extra for a in (k, v)), *extra]
     from speech_to_speech.pipeline.cli import parse_args
 
     parse_args(["--mode", "server", *extra])  # bad server flags fail here, once
@@ -574,6 +676,9 @@ def main(argv: list[str] | None = None) -> int:
     summary(dialogues)
     print()
     report(results, dialogues, extra)
+    if args.languages:
+        print()
+        language_report(results, dialogues)
     print(f"\nload average at start {load:.2f}, at end {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     for note in dict.fromkeys(notes):
         print(f"note: {note}")

@@ -20,7 +20,7 @@ A turn of a dialogue that offers tools but whose kind is not ``tool`` must not c
 kind needs a reply that is not empty, from a response that did not fail.
 
 **Echo score** (:func:`echo_score`): both texts are tokenised (:func:`tokens`: lower case,
-hyphens as spaces, runs of letters and digits with inner apostrophes, a trailing possessive
+hyphens as spaces, runs of letters (of any script) and digits with inner apostrophes, a trailing possessive
 ``'s`` dropped), the words of :data:`STOP_WORDS` are removed, and the score is
 ``|U ∩ R| / |U|`` over the *sets* of remaining (content) words of the user's turn ``U`` and
 the reply ``R``; 0 when the user said no content word. Above :data:`ECHO_FLAG` the reply is an
@@ -40,6 +40,9 @@ from typing import Any
 
 #: the dialogues of the benchmark
 DIALOGUES_FILE = Path(__file__).resolve().parent / "data" / "quality_dialogues.json"
+#: the per-language dialogues (``benchmark_quality.py --languages``): fact questions in French,
+#: German, Spanish and, as the control, English, each said by espeak-ng in its language
+LANGUAGE_DIALOGUES_FILE = DIALOGUES_FILE.with_name("language_dialogues.json")
 #: a reply whose echo score is above this repeats the user (an echo)
 ECHO_FLAG = 0.5
 #: an echo shares at least this many content words with the user's turn (or adds none)
@@ -122,6 +125,7 @@ class Dialogue:
     voice: str
     turns: tuple[Turn, ...]
     tools: bool = False
+    language: str = "en"
 
 
 def load_dialogues(path: Path = DIALOGUES_FILE) -> list[Dialogue]:
@@ -129,7 +133,8 @@ def load_dialogues(path: Path = DIALOGUES_FILE) -> list[Dialogue]:
 
     Raises:
         ValueError: an unknown kind or voice, a turn with neither ``say`` nor ``clip``, a fact
-            turn without facts, a tool turn without a call.
+            turn without facts, a tool turn without a call, a Piper dialogue not in English (the
+            embedded voice speaks English only).
     """
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     dialogues = []
@@ -150,7 +155,10 @@ def load_dialogues(path: Path = DIALOGUES_FILE) -> list[Dialogue]:
             turns.append(turn)
         if d["voice"] not in VOICES:
             raise ValueError(f"{d['name']!r}: unknown voice {d['voice']!r}")
-        dialogues.append(Dialogue(d["name"], d["voice"], tuple(turns), bool(d.get("tools", False))))
+        language = str(d.get("language", "en"))
+        if d["voice"] == "piper" and language != "en":
+            raise ValueError(f"{d['name']!r}: the Piper voice speaks English, not {language!r}")
+        dialogues.append(Dialogue(d["name"], d["voice"], tuple(turns), bool(d.get("tools", False)), language))
     return dialogues
 
 
@@ -161,7 +169,7 @@ def tokens(text: str) -> list[str]:
     """Lower-case words of ``text``: hyphens as spaces, inner apostrophes kept, a trailing ``'s`` of a
     word that is not a stop word dropped ("Austen's" -> "austen", "it's" stays)."""
     text = text.lower().replace("’", "'").replace("-", " ")
-    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)*", text)
+    words = re.findall(r"[^\W_]+(?:'[^\W_]+)*", text)  # letters of any script: "océan", "größte"
     return [w[:-2] if w.endswith("'s") and w not in STOP_WORDS else w for w in words]
 
 

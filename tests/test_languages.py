@@ -419,6 +419,24 @@ def test_a_french_session_stays_french_where_whisper_names_another_language() ->
     assert word_error_rate(turns[1][1], heard[1][0]) < 1.0, heard[1]  # French words, not "Ufoo! Kele la kapita"
 
 
+@pytest.mark.models
+@needs_espeak
+def test_an_improbable_pass_is_kept_not_redone_in_the_30_s_window() -> None:
+    """espeak-ng's "Wie viele Tage hat eine Woche?" pinned to German: Whisper base's short-context
+    reading is improbable (mean log-probability about -1.7, under LOG_PROB_MIN's -1.0) but not
+    looping; the 30 s window reads it no better and cost 1.3-4 s, so the reading is kept."""
+    from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+
+    stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(stt_model="whisper-base", language="de"), name="stt")
+    try:
+        stt.setup()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    text, language = stt.transcribe(speak("Wie viele Tage hat eine Woche?", "de"), 16_000)
+    assert text and language == "de"
+    assert stt.full_window_passes == 0, text
+
+
 @pytest.fixture(scope="module")
 def four_languages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One spoken conversation, French, German, Spanish, then English, through the whole pipeline

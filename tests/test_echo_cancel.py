@@ -178,3 +178,48 @@ def test_without_the_livekit_wheel_auto_warns_and_an_explicit_ask_fails(
         _canceller(_args("true"), _ends(reference, raw_input=True))
     with pytest.raises(PipelineError, match="livekit"):
         _canceller(_args(noise_suppression=True), _ends(None, raw_input=False))
+
+
+# -- a realtime session's audio.input.noise_reduction ------------------------------------------------
+
+
+def _update(session: dict) -> object:
+    from openai.types.realtime import RealtimeSessionCreateRequest
+
+    return RealtimeSessionCreateRequest.model_validate({"type": "realtime", **session})
+
+
+def test_a_session_sets_noise_reduction_and_the_vad_cleans_its_input_so() -> None:
+    from speech_to_speech.pipeline.cli import parse_args
+    from speech_to_speech.realtime.config import SessionConfig, apply_update
+    from speech_to_speech.realtime.controls import InputCleaning, update_controls
+    from speech_to_speech.turns.echo import EchoGate
+    from speech_to_speech.turns.vad import VADConfig
+    from tests.fakes import FakeVAD
+    from tests.helpers import new_stage
+
+    args = parse_args(["--mode", "server"])
+    start = SessionConfig.from_args(args)
+    assert start.session_object("s", "m")["audio"]["input"]["noise_reduction"] is None
+    far, problems = apply_update(start, _update({"audio": {"input": {"noise_reduction": {"type": "far_field"}}}}), args)
+    assert not problems and far.session_object("s", "m")["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+    off, problems = apply_update(far, _update({"audio": {"input": {"noise_reduction": None}}}), args)
+    assert not problems and off.noise_reduction is None
+
+    controls, _ = update_controls(start, far, args)
+    cleaning = [c for c in controls if isinstance(c, InputCleaning)]
+    assert cleaning == [InputCleaning("far_field")]
+    assert not [c for c in update_controls(far, far, args)[0] if isinstance(c, InputCleaning)]  # unchanged: none
+
+    # a WebRTC call: the VAD's echo gate has the call's playback reference
+    vad = new_stage(FakeVAD, config=VADConfig(), name="vad", echo=EchoGate(PlaybackReference()))
+    vad._control(InputCleaning("far_field"))
+    assert vad.canceller is not None and vad.canceller.echo_cancellation and vad.canceller.noise_suppression
+    vad._control(InputCleaning("near_field"))
+    assert vad.canceller is not None and not vad.canceller.echo_cancellation and vad.canceller.noise_suppression
+    vad._control(InputCleaning(None))
+    assert vad.canceller is None
+    # a WebSocket client: the server does not see what it plays; far_field suppresses noise only
+    socket_vad = new_stage(FakeVAD, config=VADConfig(), name="vad")
+    socket_vad._control(InputCleaning("far_field"))
+    assert socket_vad.canceller is not None and not socket_vad.canceller.echo_cancellation

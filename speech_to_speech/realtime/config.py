@@ -102,6 +102,7 @@ class SessionConfig:
     max_output_tokens: int | str = "inf"
     transcription: dict[str, Any] = field(default_factory=dict)
     tracing: str | None = None
+    noise_reduction: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SessionConfig:
@@ -144,7 +145,7 @@ class SessionConfig:
                     "format": pcm,
                     "turn_detection": None if self.turn_detection is None else self.turn_detection.wire(),
                     "transcription": dict(self.transcription),
-                    "noise_reduction": None,
+                    "noise_reduction": None if self.noise_reduction is None else {"type": self.noise_reduction},
                 },
                 "output": {"format": pcm, "voice": self.voice, "speed": 1.0},
             },
@@ -220,8 +221,11 @@ def apply_update(
         if fmt is not None and (fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", WIRE_RATE) != WIRE_RATE):
             message = f"only audio/pcm at {WIRE_RATE} Hz is supported"
             problems.append(ProtocolError("unsupported_audio_format", message, param=f"session.audio.{side}.format"))
-    if audio_in.get("noise_reduction") is not None:
-        problems.append(_unsupported("session.audio.input.noise_reduction"))
+    if "noise_reduction" in audio_in:
+        check(
+            "session.audio.input.noise_reduction",
+            lambda: changes.update(noise_reduction=_noise_reduction(audio_in["noise_reduction"])),
+        )
     if audio_in.get("transcription") is not None:
         check(
             "session.audio.input.transcription",
@@ -237,6 +241,21 @@ def apply_update(
             lambda: changes.update(turn_detection=_turn_detection(config, audio_in["turn_detection"], args, problems)),
         )
     return replace(config, **changes), problems
+
+
+def _noise_reduction(value: Any) -> str | None:
+    """``audio.input.noise_reduction``'s type: ``"near_field"``, ``"far_field"`` or None (off).
+
+    Raises:
+        ProtocolError: a type other than those two.
+    """
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("near_field", "far_field"):
+        message = f"'noise_reduction.type' must be 'near_field' or 'far_field', got {kind!r}"
+        raise ProtocolError("invalid_value", message, param="session.audio.input.noise_reduction.type")
+    return str(kind)
 
 
 #: a language code in ``transcription.language`` / ``languages`` (ISO 639-1, or 639-3 as "yue")

@@ -16,6 +16,8 @@ reading ``chat.items()``.
 
 from __future__ import annotations
 
+import argparse
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -23,11 +25,29 @@ from typing import Any, ClassVar
 from speech_to_speech.core.handler import StageControl
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.stage import BaseLLMHandler
+from speech_to_speech.realtime.config import SessionConfig
 from speech_to_speech.realtime.conversation import Ref
 from speech_to_speech.turns.stt import BaseSTTHandler
 from speech_to_speech.turns.vad import BaseVADHandler, Endpointer
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class InputCleaning(StageControl):
+    """A session's ``audio.input.noise_reduction`` for the VAD's input
+    (:meth:`~speech_to_speech.turns.vad.BaseVADHandler.clean_input`).
+
+    ``"near_field"`` (a headset, a phone at the ear) suppresses noise; ``"far_field"`` (a laptop's
+    or a room's microphone, which hears the speakers too) also cancels the assistant's echo where
+    the server sees what the client plays (a WebRTC call); None: the input as it comes.
+    """
+
+    target: ClassVar[type] = BaseVADHandler
+    noise_reduction: str | None
+
+    def apply(self, stage: Any) -> None:
+        stage.clean_input(self.noise_reduction is not None, self.noise_reduction == "far_field")
 
 
 @dataclass
@@ -177,3 +197,28 @@ class HistoryDelete(StageControl):
         if not chat.remove_user_message(found):
             _rebuild(chat, [i for i in items if i["id"] != found])
         self.removed.append(found)
+
+
+def update_controls(
+    old: SessionConfig, new: SessionConfig, args: argparse.Namespace
+) -> tuple[list[StageControl], LLMSettings]:
+    """What a ``session.update`` from ``old`` to ``new`` changes in the stages: the controls for the
+    VAD's queue, in order (the language passes on to the STT), and the LLM's settings.
+
+    Args:
+        args: the server's flags (``--language``, ``--max_new_tokens``: the defaults).
+    """
+    language = new.stt_language(args.language)
+    to_vad: list[StageControl] = []
+    if language != old.stt_language(args.language):
+        to_vad.append(STTSettings(language))
+    if new.noise_reduction != old.noise_reduction:
+        to_vad.append(InputCleaning(new.noise_reduction))
+    if new.turn_detection is not None:
+        to_vad.append(VADSettings(**new.turn_detection.vad_settings()))
+    max_tokens = new.max_output_tokens if isinstance(new.max_output_tokens, int) else None
+    tools = copy.deepcopy(new.tools)
+    settings = LLMSettings(
+        new.instructions, tools, new.tool_choice, new.wants_audio, max_tokens or args.max_new_tokens, language
+    )
+    return to_vad, settings

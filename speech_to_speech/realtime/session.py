@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import copy
 import dataclasses
 import logging
 import queue
@@ -58,7 +57,7 @@ from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
 from speech_to_speech.pipeline.console import MetricsCollector, latency_metadata
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
-from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, LLMSettings, STTSettings, VADSettings
+from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert, update_controls
 from speech_to_speech.realtime.conversation import ROOT, Conversation, to_history
 from speech_to_speech.realtime.image_items import ImageChecks, image_indices, refuse_images
 from speech_to_speech.realtime.media import OutputAudioBuffer
@@ -244,24 +243,11 @@ class RealtimeSession:
             self.emit(protocol_error_event(problem))
         self._discard_prefetch("session.update")
         with self.lock:
-            language = config.stt_language(self.args.language)
-            changed = language != self.config.stt_language(self.args.language)
-            self.config = config
-        if changed:
-            self._to_vad(STTSettings(language))  # passes the VAD, in order with the audio
-        max_tokens = config.max_output_tokens if isinstance(config.max_output_tokens, int) else None
-        self._enqueue(
-            LLMSettings(
-                config.instructions,
-                copy.deepcopy(config.tools),
-                config.tool_choice,
-                config.wants_audio,
-                max_tokens or self.args.max_new_tokens,
-                language,
-            )
-        )
-        if config.turn_detection is not None:
-            self._to_vad(VADSettings(**config.turn_detection.vad_settings()))
+            old, self.config = self.config, config
+        to_vad, llm_settings = update_controls(old, config, self.args)
+        for control in to_vad:
+            self._to_vad(control)  # passes the VAD (to the STT too), in order with the audio
+        self._enqueue(llm_settings)
         self.emit(server_event("session.updated", session=self.session_object()))
 
     # -- input audio ------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from speech_to_speech.core.events import (
 from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import AudioChunk, PartialSpeech, SpeechSegment
 from speech_to_speech.core.priority import CRITICAL
-from speech_to_speech.speech.echo_cancel import EchoCanceller
+from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnavailable
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.endpointer import (
     CHUNK_SAMPLES,
@@ -228,6 +228,18 @@ class BaseVADHandler(BaseHandler):
             self.turn_detector = load_turn_detector(self.config.turn_detection, self.config.turn_threshold)
             if self.turn_detector is not None:
                 self.endpointer = Endpointer(self.config, semantic=True)
+
+    def clean_input(self, noise_suppression: bool, echo_cancel: bool) -> None:
+        """Replace the input's canceller (a realtime session's ``noise_reduction``; called in this
+        stage's thread): noise suppression, and echo cancelling where the input hears the voice
+        (:attr:`echo` has its reference). Without the livekit wheel the input stays raw (logged)."""
+        reference = self.echo.reference if self.echo is not None and echo_cancel else None
+        self.canceller = None
+        if noise_suppression or reference is not None:
+            try:
+                self.canceller = EchoCanceller(reference, noise_suppression=noise_suppression)
+            except EchoCancellerUnavailable as exc:
+                logger.warning("noise_reduction: %s", exc)
 
     def set_eagerness(self, eagerness: str | None) -> None:
         """Turn detection as a realtime client asks for it (called in this stage's thread).

@@ -149,10 +149,15 @@ class SoundServer:
     def _pactl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["pactl", *args], env=self.env, capture_output=True, timeout=10)
 
-    def _echo(self, gain: float) -> None:
+    def reflect(self, delay_ms: int, gain: float) -> None:
+        """A reflection of the speaker (a wall): heard by the microphone ``delay_ms`` after the
+        direct echo, at volume ``gain``."""
+        self._echo(gain, ECHO_MS + delay_ms)
+
+    def _echo(self, gain: float, latency_ms: int = ECHO_MS) -> None:
         """The speaker heard by the microphone: a loopback speaker.monitor → mic at volume ``gain``."""
         loaded = self._pactl(
-            "load-module", "module-loopback", "source=speaker.monitor", "sink=mic", f"latency_msec={ECHO_MS}"
+            "load-module", "module-loopback", "source=speaker.monitor", "sink=mic", f"latency_msec={latency_ms}"
         )
         module = loaded.stdout.decode().strip()
         deadline = time.monotonic() + 5

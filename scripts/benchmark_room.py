@@ -1,0 +1,369 @@
+#!/usr/bin/env python
+"""Local mode with its speakers on, in a room you can measure: its own echo, and noise.
+
+A room, made of a private PulseAudio (``benchmark_live.SoundServer``): ``python s2s_pipeline.py``
+in live mode plays on the default sink and its microphone hears that sink ``ECHO_MS`` late at
+``--echo_gain`` (a laptop's speakers, no headphones), plus one reflection :data:`REFLECTION_MS`
+later at :data:`REFLECTION_GAIN` of it (a little reverberation), plus, when asked, noise played
+into the microphone at ``--snr_db`` under the user's speech: ``pink`` (a fan), ``music``
+(synthesised chords with a melody), ``babble`` (four LibriVox speakers at once). The program's
+LLM is the scripted ``/v1/responses`` endpoint of ``tests/responses_server.py`` (a five-sentence
+story, about 15 s spoken; "Sure, go ahead." after an interruption), so each trial is quick and
+the same; its VAD, STT and TTS are the embedded ones. Per condition (the echo canceller on or off,
+each noise):
+
+- **interruption**: a spoken request starts the story; 2 s after the speaker starts playing it, a
+  LibriVox sentence is played into the microphone. It counts as heard when the program records a
+  barge-in; the **quiet delay** runs from the start of the sentence to the start of the speaker's
+  first 0.7 s of silence (the voice stopped).
+- **story**: the same request, then nobody speaks. A **false stop** is a story the program cut
+  (a barge-in recorded: it heard its own voice, or the noise, as the user).
+- **question**: a LibriVox clip alone: the word error rate of what the program heard, and the
+  end-of-turn delay it reported (the silence it waited for, ``endpoint_delay_ms``).
+
+It also prints the canceller's CPU time per second of audio, measured here on the same speech
+(``EchoCanceller.process`` with the voice playing, one core).
+
+    python scripts/benchmark_room.py [--trials 5] [--echo_gain 0.7] [--echo_cancel on|off|both]
+                                     [--noise none,pink,music,babble] [--snr_db 10]
+
+Needs ``pulseaudio``, ``pactl``/``paplay``/``parecord``; exit status 1 when something is missing
+or a condition could not run. ``tests/test_room_echo.py`` runs a short scenario of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common  # noqa: F401 (puts the repository on sys.path)
+from benchmark_live import (
+    ECHO_MS,
+    FRAME_MS,
+    TAP_RATE,
+    LiveProgram,
+    SoundServer,
+    missing_tools,
+    sound_frames,
+    trimmed,
+)
+
+from tests.helpers import responses_api_flags
+from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
+from tests.speech_utils import librivox_clips, word_error_rate
+
+PROG = "benchmark_room.py"
+#: what the user asks for, said by espeak-ng into the microphone
+REQUEST = "Tell me a story."
+#: the reply to an interruption
+SHORT_REPLY = Reply([Text(["Sure, go ahead."])])
+#: the reflection: this much later than the direct echo, at this share of its volume
+REFLECTION_MS, REFLECTION_GAIN = 80, 0.4
+#: the interruption starts this long after the story becomes audible, s
+INTERRUPT_AFTER_S = 2.0
+#: the voice counts as stopped at the first quiet stretch this long on the speaker, s
+STOPPED_QUIET_S = 0.7
+#: the longest wait for a step, s
+WAIT_S = 90.0
+#: quiet time between trials, s
+SETTLE_S = 2.0
+NOISES = ("pink", "music", "babble")
+
+
+# -- noise ---------------------------------------------------------------------------------------------
+
+
+def make_noise(kind: str, seconds: float, rate: int = TAP_RATE, seed: int = 7) -> np.ndarray:
+    """``seconds`` of ``kind`` noise at ``rate`` Hz, float32 with an RMS of 1 (scaled by the caller).
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+    rng = np.random.default_rng(seed)
+    count = int(seconds * rate)
+    if kind == "pink":  # 1/f power: white noise shaped in the frequency domain
+        spectrum = np.fft.rfft(rng.standard_normal(count))
+        frequencies = np.fft.rfftfreq(count, 1 / rate)
+        spectrum[1:] /= np.sqrt(frequencies[1:])
+        spectrum[0] = 0
+        noise = np.fft.irfft(spectrum, count)
+    elif kind == "music":  # a chord per second (root, third, fifth) with a melody note on each half second
+        t = np.arange(count) / rate
+        roots = 220 * 2 ** (np.array([0, 5, 7, 3]) / 12)
+        noise = np.zeros(count)
+        for second in range(int(np.ceil(seconds))):
+            part = slice(second * rate, min(count, (second + 1) * rate))
+            root = roots[second % len(roots)]
+            for ratio in (1, 1.26, 1.5):
+                noise[part] += np.sin(2 * np.pi * root * ratio * t[part])
+            for half in range(2):
+                note = slice(part.start + half * rate // 2, min(part.stop, part.start + (half + 1) * rate // 2))
+                pitch = root * 2 ** (rng.integers(0, 12) / 12) * 2
+                envelope = np.exp(-np.arange(note.stop - note.start) / (0.15 * rate))
+                noise[note] += 1.5 * np.sin(2 * np.pi * pitch * t[note]) * envelope
+    elif kind == "babble":  # four LibriVox speakers at once, each looped
+        voices = []
+        for path in list(librivox_clips())[:4]:
+            samples, clip_rate = sf.read(str(path), dtype="float32", always_2d=True)
+            assert clip_rate == rate, clip_rate
+            voice = samples.mean(axis=1)
+            voices.append(np.resize(voice / (np.sqrt(np.mean(voice**2)) + 1e-9), count))
+        noise = np.sum(voices, axis=0)
+    else:
+        raise ValueError(f"unknown noise {kind!r}; one of {', '.join(NOISES)}")
+    return (noise / (np.sqrt(np.mean(noise**2)) + 1e-12)).astype(np.float32)
+
+
+def speech_rms(clip: Path) -> float:
+    """RMS of the loud frames of ``clip`` (its speech, not its pauses)."""
+    samples, _ = sf.read(str(clip), dtype="float32", always_2d=True)
+    mono = samples.mean(axis=1)
+    frame = TAP_RATE * FRAME_MS // 1000
+    rms = np.sqrt((mono[: len(mono) // frame * frame].reshape(-1, frame) ** 2).mean(axis=1))
+    loud = rms[rms > rms.max() * 10 ** (-30 / 20)]
+    return float(np.sqrt(np.mean(loud**2)))
+
+
+# -- one condition -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Condition:
+    """One room setting and what happened in it."""
+
+    echo_cancel: bool
+    noise: str
+    snr_db: float | None
+    interruptions: list[float | None] = field(default_factory=list)  # quiet delay, ms; None: not heard
+    false_stops: int = 0
+    resumed: int = 0  # stories paused by speech the program then judged not the user's, and resumed
+    stories: int = 0
+    wers: list[float] = field(default_factory=list)
+    endpoint_ms: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+class Room:
+    """The sound server with its echo and reflection, the program, its transcript and recordings."""
+
+    def __init__(self, workdir: Path, echo_gain: float, flags: list[str]) -> None:
+        self.workdir = workdir
+        self.server = SoundServer(workdir, echo_gain=echo_gain)
+        self.server.reflect(REFLECTION_MS, echo_gain * REFLECTION_GAIN)
+        self.speaker = self.server.record(workdir / "speaker.wav", "speaker.monitor")
+        self.transcript = workdir / "transcript.jsonl"
+        self.program = LiveProgram(self.server.env, ["--transcript", str(self.transcript), *flags])
+        self._noise: subprocess.Popen[bytes] | None = None
+
+    def records(self, kind: str) -> list[dict]:
+        lines = self.transcript.read_text().splitlines() if self.transcript.exists() else []
+        return [r for r in map(json.loads, lines) if r.get("event") == kind]
+
+    def play_noise(self, path: Path) -> None:
+        self._noise = subprocess.Popen(["paplay", "--device=mic", str(path)], env=self.server.env)
+
+    def close(self) -> None:
+        if self._noise is not None:
+            self._noise.terminate()
+        if self.program.process.poll() is None:
+            self.program.interrupt()
+        self.server.close()
+
+    def speaker_sound_after(self, after_s: float) -> float | None:
+        frames = sound_frames(self.speaker.samples())
+        first = int(np.ceil(after_s * 1000 / FRAME_MS))
+        loud = np.flatnonzero(frames[first:])
+        return (first + loud[0]) * FRAME_MS / 1000 if len(loud) else None
+
+    def speaker_quiet_from(self, after_s: float, quiet_s: float = STOPPED_QUIET_S) -> float | None:
+        """Start of the first ``quiet_s`` of silence on the speaker at or after ``after_s``, s."""
+        frames = sound_frames(self.speaker.samples())
+        first, run = int(after_s * 1000 / FRAME_MS), round(quiet_s * 1000 / FRAME_MS)
+        for i in range(first, len(frames) - run + 1):
+            if not frames[i : i + run].any():
+                return i * FRAME_MS / 1000
+        return None
+
+    def wait_quiet(self, quiet_s: float = 1.5) -> bool:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            frames = sound_frames(self.speaker.samples())
+            run = round(quiet_s * 1000 / FRAME_MS)
+            if len(frames) >= run and not frames[-run:].any():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def start_story(self, request: Path) -> float | None:
+        """Ask for the story; when its voice starts on the speaker, s (None: it did not)."""
+        before = self.speaker.seconds()
+        self.server.say(request)
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            started = self.speaker_sound_after(before)
+            if started is not None:
+                return started
+            time.sleep(0.1)
+        return None
+
+
+def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path) -> None:
+    """Every trial of ``condition`` in a fresh room and program."""
+    provider = ResponsesServer().start()
+    flags = [
+        *responses_api_flags(provider.base_url, "story"),
+        "--echo_cancel",
+        "auto" if condition.echo_cancel else "false",
+    ]
+    room = Room(workdir, args.echo_gain, flags)
+    try:
+        if not room.program.wait_for("ready in", 300):
+            condition.error = "the program did not start: " + " | ".join(room.program.lines[-5:])
+            return
+        request = workdir / "request.wav"
+        subprocess.run(["espeak-ng", "-w", str(request), REQUEST], check=True)
+        clips = list(librivox_clips().items())
+        if condition.noise != "none":
+            level = speech_rms(clips[0][0]) * 10 ** (-condition.snr_db / 20)  # type: ignore[operator]
+            noise_file = workdir / f"noise-{condition.noise}.wav"
+            seconds = args.trials * 60 + 120
+            sf.write(str(noise_file), make_noise(condition.noise, seconds) * level, TAP_RATE)
+            room.play_noise(noise_file)
+        for trial in range(args.trials):
+            provider.script(STORY_REPLY, SHORT_REPLY)
+            clip, _ = clips[trial % len(clips)]
+            sentence, _ = trimmed(clip, workdir)
+            barge_ins = len(room.records("barge_in"))
+            started = room.start_story(request)
+            if started is None:
+                condition.interruptions.append(None)
+                continue
+            while room.speaker.seconds() < started + INTERRUPT_AFTER_S:
+                time.sleep(0.05)
+            said_at = room.speaker.seconds()
+            room.server.say(sentence)
+            time.sleep(1.0)
+            heard = len(room.records("barge_in")) > barge_ins
+            quiet = room.speaker_quiet_from(said_at)
+            condition.interruptions.append((quiet - said_at) * 1000 if heard and quiet is not None else None)
+            room.wait_quiet()
+            time.sleep(SETTLE_S)
+        for _ in range(args.stories):
+            provider.script(STORY_REPLY, SHORT_REPLY)
+            barge_ins, resumes = len(room.records("barge_in")), len(room.records("reply_resumed"))
+            if room.start_story(request) is None:
+                continue
+            room.wait_quiet(2.0)
+            condition.stories += 1
+            condition.false_stops += len(room.records("barge_in")) > barge_ins
+            condition.resumed += len(room.records("reply_resumed")) > resumes
+            time.sleep(SETTLE_S)
+        provider.script(Reply([Text(["Okay."])]))
+        for clip, reference in clips[: args.questions]:
+            sentence, _ = trimmed(clip, workdir)
+            count = len(room.records("user_transcript"))
+            room.server.say(sentence)
+            deadline = time.monotonic() + 30
+            while len(room.records("user_transcript")) <= count and time.monotonic() < deadline:
+                time.sleep(0.1)
+            heard = room.records("user_transcript")[count:]
+            condition.wers.append(word_error_rate(reference, " ".join(r["text"] for r in heard)))
+            room.wait_quiet()
+            metrics = [r for r in room.records("speech_stopped") if r.get("endpoint_delay_ms") is not None]
+            if metrics:
+                condition.endpoint_ms.append(float(metrics[-1]["endpoint_delay_ms"]))
+            time.sleep(SETTLE_S)
+    finally:
+        room.close()
+        provider.stop()
+
+
+def canceller_cpu_ms() -> float:
+    """CPU time of :class:`EchoCanceller` per second of audio, ms (the Piper voice playing, one core)."""
+    import soxr
+
+    from speech_to_speech.speech.echo_cancel import EchoCanceller
+    from speech_to_speech.speech.playback import PlaybackReference
+    from tests.turn_harness import synthesize
+
+    voice = synthesize(" ".join(item.text for item in STORY_REPLY.output if isinstance(item, Text)))
+    reference = PlaybackReference()
+    canceller = EchoCanceller(reference)
+    played = soxr.resample(voice, TAP_RATE, 24_000).astype(np.float32)
+    start = time.process_time()
+    for i in range(0, len(voice) - 511, 512):
+        reference.add(played[i * 3 // 2 : (i + 512) * 3 // 2], 24_000, i / TAP_RATE)
+        canceller.process(voice[i : i + 512] * 0.3, (i + 512) / TAP_RATE)
+    return (time.process_time() - start) * 1000 / (len(voice) / TAP_RATE)
+
+
+def report(conditions: list[Condition]) -> None:
+    """One row per condition."""
+    from bench_common import cell, percentile, print_table
+
+    rows = []
+    for c in conditions:
+        heard = [d for d in c.interruptions if d is not None]
+        rows.append(
+            [
+                "on" if c.echo_cancel else "off",
+                c.noise if c.noise == "none" else f"{c.noise} {c.snr_db:g} dB",
+                f"{len(heard)}/{len(c.interruptions)}",
+                cell(percentile(heard, 50)),
+                f"{c.false_stops}/{c.stories}",
+                str(c.resumed),
+                cell(statistics.mean(c.wers), 2) if c.wers else "-",
+                cell(percentile(c.endpoint_ms, 50)),
+                c.error or "",
+            ]
+        )
+    headers = ["canceller", "noise", "interruptions heard", "quiet p50 ms", "false stops", "paused, resumed"]
+    headers += ["WER", "end of turn p50"]
+    print_table([*headers, "error"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=5, help="interruptions per condition")
+    parser.add_argument("--stories", type=int, default=3, help="stories left to play per condition")
+    parser.add_argument("--questions", type=int, default=3, help="LibriVox questions per condition")
+    parser.add_argument("--echo_gain", type=float, default=0.7, help="the echo's PulseAudio volume (1.0: 100 %%)")
+    parser.add_argument("--echo_cancel", choices=("on", "off", "both"), default="both")
+    parser.add_argument("--noise", default="none", help=f"comma-separated: none, {', '.join(NOISES)}")
+    parser.add_argument("--snr_db", type=float, default=10.0, help="noise level under the user's speech, dB")
+    args = parser.parse_args(argv)
+    noises = [n.strip() for n in args.noise.split(",") if n.strip()]
+    if any(n not in ("none", *NOISES) for n in noises):
+        parser.error(f"--noise takes none, {', '.join(NOISES)}")
+    missing = missing_tools()
+    if missing:
+        print(f"{PROG}: error: missing {', '.join(missing)}", file=sys.stderr)
+        return 1
+    cancels = {"on": [True], "off": [False], "both": [True, False]}[args.echo_cancel]
+    conditions = [Condition(c, n, None if n == "none" else args.snr_db) for n in noises for c in cancels]
+    for condition in conditions:
+        label = f"canceller {'on' if condition.echo_cancel else 'off'}, noise {condition.noise}"
+        print(f"{label} ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="s2s-room-") as tmp:
+            run_condition(condition, args, Path(tmp))
+    print(
+        f"\nthe room: the echo at {args.echo_gain:g} volume, {ECHO_MS} ms late, a reflection {REFLECTION_MS} ms later"
+    )
+    report(conditions)
+    print(f"\nthe canceller's CPU time: {canceller_cpu_ms():.1f} ms per second of audio (one core)")
+    return 1 if any(c.error for c in conditions) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

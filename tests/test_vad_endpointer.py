@@ -256,3 +256,17 @@ def test_no_barge_in_when_interrupt_response_is_off() -> None:
     probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 14
     run_vad(vad_chunks(probabilities), dataclasses.replace(CONFIG, interrupt_response=False), gate)
     assert gate.admits(earlier)
+
+
+def test_speech_that_never_pauses_is_cut_into_turns_of_at_most_max_speech() -> None:
+    """Continuous speech (babble: other people talking in the room) is cut every ``max_speech_ms``
+    into turns of their own: a cut is no pause, so the speech after it does not reopen the turn and
+    grow it without bound (it grew by 30 s a cut, to a 300 s turn and a 28 s STT pass, in babble)."""
+    max_chunks = 20
+    config = dataclasses.replace(CONFIG, max_speech_ms=int(max_chunks * MS_PER_CHUNK), turn_grace_ms=700)
+    out, _, _, _ = run_vad(vad_chunks([SILENCE] * 5 + [SPEECH] * 90 + [SILENCE] * 20), config)
+    segments = [item for item in out if isinstance(item, SpeechSegment)]
+    lengths = [len(s.samples) for s in segments]
+    assert len(segments) >= 4
+    assert all(length <= (max_chunks + PAD) * CHUNK_SAMPLES for length in lengths), lengths
+    assert len({s.stamp.turn_id for s in segments}) == len(segments)

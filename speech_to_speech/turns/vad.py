@@ -43,6 +43,7 @@ from speech_to_speech.core.priority import CRITICAL
 from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnavailable
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.endpointer import (
+    BY_MAX_SPEECH,
     CHUNK_SAMPLES,
     DEFAULT_PAUSE_MS,
     RESUMED,
@@ -451,7 +452,9 @@ class BaseVADHandler(BaseHandler):
         stamp = self._stamp or self.gate.new_turn_stamp()
         samples = np.concatenate([self._prefix, endpoint.samples]) if len(self._prefix) else endpoint.samples
         self._stamp, self._prefix, self._speculative = None, np.zeros(0, dtype=np.float32), None
-        self._last = (stamp, samples, self.endpointer.offset)
+        # a cut at max_speech_ms is no pause: speech that goes on is a turn of its own, not a reopening
+        # that would grow the turn past max_speech_ms without end (babble, a television)
+        self._last = None if endpoint.by == BY_MAX_SPEECH else (stamp, samples, self.endpointer.offset)
         now = time.monotonic()
         self._last_time = now
         delay_ms = (now - self._speech_end_time) * 1000 if self._speech_end_time else 0.0

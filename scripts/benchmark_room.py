@@ -14,8 +14,9 @@ each noise):
 
 - **interruption**: a spoken request starts the story; 2 s after the speaker starts playing it, a
   LibriVox sentence is played into the microphone. It counts as heard when the program records a
-  barge-in; the **quiet delay** runs from the start of the sentence to the start of the speaker's
-  first 0.7 s of silence (the voice stopped).
+  barge-in; the **quiet delay** runs from the start of the sentence (found in the microphone's
+  recording by cross-correlation) to the start of the speaker's first 0.7 s of silence (the voice
+  stopped).
 - **story**: the same request, then nobody speaks. A **false stop** is a story the program cut
   (a barge-in recorded: it heard its own voice, or the noise, as the user).
 - **question**: a LibriVox clip alone: the word error rate of what the program heard, and the
@@ -42,6 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -162,6 +164,7 @@ class Room:
         self.server = SoundServer(workdir, echo_gain=echo_gain)
         self.server.reflect(REFLECTION_MS, echo_gain * REFLECTION_GAIN)
         self.speaker = self.server.record(workdir / "speaker.wav", "speaker.monitor")
+        self.mic = self.server.record(workdir / "mic.wav", "mic.monitor")  # what the microphone hears
         self.transcript = workdir / "transcript.jsonl"
         self.program = LiveProgram(self.server.env, ["--transcript", str(self.transcript), *flags])
         self._noise: subprocess.Popen[bytes] | None = None
@@ -179,6 +182,29 @@ class Room:
         if self.program.process.poll() is None:
             self.program.interrupt()
         self.server.close()
+
+    def say_at(self, sentence: Path) -> float:
+        """Play ``sentence`` into the microphone; when it started, s on the speaker's recording.
+
+        Found in the microphone's recording (under the echo) by cross-correlation with the
+        sentence, then moved to the speaker recording's timeline by the two recordings' offset,
+        so paplay's start-up time is not counted as the program's."""
+        offsets = []
+        for _ in range(5):
+            offsets.append(self.speaker.seconds() - self.mic.seconds())
+            time.sleep(0.01)
+        called = self.mic.seconds()
+        self.server.say(sentence)
+        time.sleep(0.5)
+        said, _ = sf.read(str(sentence), dtype="float32")
+        said = said[:TAP_RATE]
+        heard = self.mic.samples()
+        start = max(0, int((called - 0.2) * TAP_RATE))
+        window = heard[start : start + 4 * TAP_RATE]
+        size = 1 << int(np.ceil(np.log2(len(window) + len(said))))
+        correlation = np.fft.irfft(np.fft.rfft(window, size) * np.conj(np.fft.rfft(said, size)), size)
+        onset = (start + int(np.argmax(correlation[: len(window)]))) / TAP_RATE
+        return onset + statistics.median(offsets)
 
     def speaker_sound_after(self, after_s: float) -> float | None:
         frames = sound_frames(self.speaker.samples())
@@ -251,9 +277,8 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
                 continue
             while room.speaker.seconds() < started + INTERRUPT_AFTER_S:
                 time.sleep(0.05)
-            said_at = room.speaker.seconds()
-            room.server.say(sentence)
-            time.sleep(1.0)
+            said_at = room.say_at(sentence)
+            time.sleep(0.5)
             heard = len(room.records("barge_in")) > barge_ins
             quiet = room.speaker_quiet_from(said_at)
             condition.interruptions.append((quiet - said_at) * 1000 if heard and quiet is not None else None)
@@ -308,8 +333,8 @@ def canceller_cpu_ms() -> float:
     return (time.process_time() - start) * 1000 / (len(voice) / TAP_RATE)
 
 
-def report(conditions: list[Condition]) -> None:
-    """One row per condition."""
+def report(conditions: list[Condition], file: Any = None) -> None:
+    """One row per condition (on ``file``, default stdout)."""
     from bench_common import cell, percentile, print_table
 
     rows = []
@@ -330,7 +355,11 @@ def report(conditions: list[Condition]) -> None:
         )
     headers = ["canceller", "noise", "interruptions heard", "quiet p50 ms", "false stops", "paused, resumed"]
     headers += ["WER", "end of turn p50"]
-    print_table([*headers, "error"], rows)
+    if file is None:
+        print_table([*headers, "error"], rows)
+        return
+    for row in rows:
+        print("  " + " | ".join(f"{h}: {v}" for h, v in zip([*headers, "error"], row, strict=True)), file=file)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="s2s-room-") as tmp:
             run_condition(condition, args, Path(tmp))
+        report([condition], file=sys.stderr)  # as it comes: a long run keeps what it measured
     print(
         f"\nthe room: the echo at {args.echo_gain:g} volume, {ECHO_MS} ms late, a reflection {REFLECTION_MS} ms later"
     )

@@ -437,6 +437,26 @@ def test_an_improbable_pass_is_kept_not_redone_in_the_30_s_window() -> None:
     assert stt.full_window_passes == 0, text
 
 
+@pytest.mark.models
+def test_a_german_question_is_answered_with_the_right_capital(tmp_path: Any) -> None:
+    """The reply rule names German in German: with "Always reply in German" the embedded 1.5B
+    answered "Was ist die Hauptstadt von Frankreich?" with "Berlin." (typed, greedy)."""
+    from speech_to_speech.core.events import AssistantText, Event
+
+    question = "Was ist die Hauptstadt von Frankreich?"
+    flags = ["--input_text", question, "--output_audio", str(tmp_path / "out.wav"), "--language", "de"]
+    try:
+        args = parse_args([*flags, "--stt_model", "whisper-base"])
+        bus = EventBus()
+        events: list[Event] = []
+        bus.subscribe(events.append)
+        run_local(args, bus)
+    except FileNotFoundError as exc:  # the multilingual extra
+        pytest.skip(str(exc))
+    replies = [e.text for e in events if isinstance(e, AssistantText)]
+    assert replies and "paris" in replies[0].lower() and "berlin" not in replies[0].lower(), replies
+
+
 @pytest.fixture(scope="module")
 def four_languages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One spoken conversation, French, German, Spanish, then English, through the whole pipeline

@@ -99,7 +99,7 @@ def test_compact_voice_prompt_is_the_persona_and_one_rule() -> None:
     assert len(compact.split()) < len(build_voice_system_prompt().split()) // 5
     styled = build_voice_system_prompt(PERSONA, language="fr", tools_offered=True, compact=True)
     assert styled.startswith(PERSONA)
-    assert "Always reply in French." in styled
+    assert "Always reply in français." in styled
     assert styled.endswith("Use a tool whenever one can answer the question.")
     assert "VOICE RULES" not in styled and "EXAMPLES" not in styled
     assert TOOLS in build_voice_system_prompt(PERSONA, TOOLS, compact=True)
@@ -132,13 +132,13 @@ def test_voice_language_rule_only_when_given() -> None:
     assert "Always reply in" not in build_voice_system_prompt(PERSONA, language="")
     prompt = build_voice_system_prompt(PERSONA, language="French")
     rules = _rules_part(prompt, "VOICE RULES")
-    assert "Always reply in French" in rules
+    assert "Always reply in français" in rules
 
 
 def test_voice_language_code_turned_into_name() -> None:
     prompt = build_voice_system_prompt(language="fr-FR")
-    assert "Always reply in French" in prompt
-    assert "reply in fr" not in prompt
+    assert "Always reply in français" in prompt
+    assert "reply in fr," not in prompt and "reply in fr-FR" not in prompt
 
 
 # -- text prompt ------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ def test_text_prompt_order_and_content() -> None:
     rules = _rules_part(prompt, "TEXT RULES")
     assert "concise" in rules.lower()
     assert "Markdown is allowed" in rules
-    assert "Always reply in German" in rules
+    assert "Always reply in Deutsch" in rules
     assert PERSONA not in rules
     assert "VOICE RULES" not in prompt and "one sentence by default" not in prompt
 
@@ -326,3 +326,12 @@ def test_whisper_language_table() -> None:
 )
 def test_language_name(code: str | None, name: str | None) -> None:
     assert language_name(code) == name
+
+
+def test_the_reply_rule_names_the_language_in_itself() -> None:
+    # "Always reply in German" made the embedded 1.5B answer "Berlin." to "Was ist die Hauptstadt
+    # von Frankreich?"; the language's own name does not prime it with a country
+    assert "Always reply in Deutsch" in build_voice_system_prompt(language="de")
+    assert "German" not in build_voice_system_prompt(language="German")
+    assert "Always reply in 日本語" in build_voice_system_prompt(language="ja")
+    assert "Always reply in Swahili" in build_voice_system_prompt(language="sw")  # no endonym listed: English

@@ -130,8 +130,44 @@ _TEXT_RULES = (
 )
 
 
+#: the reply rule names a language in that language (its endonym), not in English: "Always reply
+#: in German" primed the embedded 1.5B with Germany. Typed, German, five fact questions: "Was ist
+#: die Hauptstadt von Frankreich?" was answered "Berlin." with "German" in the rule and "Paris."
+#: with "Deutsch" (French and Spanish: no change). Languages not listed keep their English name.
+ENDONYMS = {
+    "German": "Deutsch",
+    "French": "français",
+    "Spanish": "español",
+    "Italian": "italiano",
+    "Portuguese": "português",
+    "Dutch": "Nederlands",
+    "Polish": "polski",
+    "Russian": "русский",
+    "Ukrainian": "українська",
+    "Czech": "čeština",
+    "Swedish": "svenska",
+    "Danish": "dansk",
+    "Norwegian": "norsk",
+    "Finnish": "suomi",
+    "Greek": "ελληνικά",
+    "Turkish": "Türkçe",
+    "Romanian": "română",
+    "Hungarian": "magyar",
+    "Catalan": "català",
+    "Chinese": "中文",
+    "Japanese": "日本語",
+    "Korean": "한국어",
+    "Vietnamese": "Tiếng Việt",
+    "Indonesian": "Bahasa Indonesia",
+    "Hindi": "हिन्दी",
+    "Arabic": "العربية",
+    "Hebrew": "עברית",
+}
+
+
 def _resolve_language(language: str | None) -> str | None:
-    """The language name for the reply rule: ``None`` for no rule.
+    """The language's name for the reply rule, in that language where :data:`ENDONYMS` has it;
+    ``None`` for no rule.
 
     A language name is used as given; a Whisper code (``"fr"``, ``"fr-FR"``) passed
     by mistake is turned into its name so the rule never reads "reply in fr".
@@ -139,7 +175,8 @@ def _resolve_language(language: str | None) -> str | None:
     if language is None or not language.strip():
         return None
     language = language.strip()
-    return language_name(language) or language
+    name = language_name(language) or language
+    return ENDONYMS.get(name, name)
 
 
 def _assemble(

@@ -74,6 +74,8 @@ SHORT_REPLY = Reply([Text(["Sure, go ahead."])])
 REFLECTION_MS, REFLECTION_GAIN = 80, 0.4
 #: the interruption starts this long after the story becomes audible, s
 INTERRUPT_AFTER_S = 2.0
+#: how long after the interruption has been said its barge-in may still come, s (the words decide)
+DECISION_S = 5.0
 #: the voice counts as stopped at the first quiet stretch this long on the speaker, s
 STOPPED_QUIET_S = 0.7
 #: the longest wait for a step, s
@@ -149,6 +151,7 @@ class Condition:
     snr_db: float | None
     interruptions: list[float | None] = field(default_factory=list)  # quiet delay, ms; None: not heard
     false_stops: int = 0
+    skipped: int = 0  # interruptions left out: the story was not playing when the sentence started
     resumed: int = 0  # stories paused by speech the program then judged not the user's, and resumed
     stories: int = 0
     wers: list[float] = field(default_factory=list)
@@ -278,8 +281,22 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
             while room.speaker.seconds() < started + INTERRUPT_AFTER_S:
                 time.sleep(0.05)
             said_at = room.say_at(sentence)
-            time.sleep(0.5)
+            deadline = time.monotonic() + DECISION_S  # the verdict on speech during a reply may come after it
+            while len(room.records("barge_in")) <= barge_ins and time.monotonic() < deadline:
+                time.sleep(0.1)
             heard = len(room.records("barge_in")) > barge_ins
+            playing = sound_frames(room.speaker.samples())[
+                int((said_at - 0.5) * 1000 / FRAME_MS) : int(said_at * 1000 / FRAME_MS)
+            ]
+            if not heard and not playing.any():  # the story was not playing: no interruption to judge
+                print(f"  trial {trial + 1}: the story was over before the sentence; left out", file=sys.stderr)
+                condition.skipped += 1
+                room.wait_quiet()
+                continue
+            if not heard:  # why: what the program made of it
+                said = [(r["event"], r.get("text") or r.get("reason")) for r in room.records("user_transcript")[-2:]]
+                said += [("reply_resumed", r.get("reason")) for r in room.records("reply_resumed")[-1:]]
+                print(f"  not heard: {clip.name}; latest: {said}", file=sys.stderr, flush=True)
             quiet = room.speaker_quiet_from(said_at)
             condition.interruptions.append((quiet - said_at) * 1000 if heard and quiet is not None else None)
             room.wait_quiet()

@@ -308,7 +308,10 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
                 continue
             room.wait_quiet(2.0)
             condition.stories += 1
-            condition.false_stops += len(room.records("barge_in")) > barge_ins
+            if len(room.records("barge_in")) > barge_ins:
+                condition.false_stops += 1
+                stops = [(r.get("reason"), r.get("text")) for r in room.records("barge_in")[barge_ins:]]
+                print(f"  false stop: {stops}", file=sys.stderr, flush=True)
             condition.resumed += len(room.records("reply_resumed")) > resumes
             time.sleep(SETTLE_S)
         provider.script(Reply([Text(["Okay."])]))

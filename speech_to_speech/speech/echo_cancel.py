@@ -105,6 +105,9 @@ class EchoCanceller:
         self.noise_suppression = noise_suppression
         self.delay_ms = delay_ms
         self._apm = load_audio_processing(self.echo_cancellation, noise_suppression)
+        from livekit import rtc  # loaded by load_audio_processing
+
+        self._frame_type = rtc.AudioFrame
         self._frame = round(FRAME_S * rate)
         self._lock = threading.Lock()
         self._played: collections.deque[tuple[float, np.ndarray]] = collections.deque()
@@ -142,8 +145,7 @@ class EchoCanceller:
         Returns:
             As many float32 samples, one 10 ms frame behind the input.
         """
-        from livekit import rtc
-
+        frame_of = self._frame_type
         if self.echo_cancellation:
             with self._lock:
                 due = []
@@ -155,13 +157,13 @@ class EchoCanceller:
                 self._render = np.concatenate([self._render, *due])
             while len(self._render) >= self._frame:
                 frame, self._render = self._render[: self._frame], self._render[self._frame :]
-                self._apm.process_reverse_stream(rtc.AudioFrame(_to_int16(frame).tobytes(), self.rate, 1, self._frame))
+                self._apm.process_reverse_stream(frame_of(_to_int16(frame).tobytes(), self.rate, 1, self._frame))
                 self.render_frames += 1
         self._capture = np.concatenate([self._capture, np.asarray(samples, dtype=np.float32)])
         cleaned = []
         while len(self._capture) >= self._frame:
             frame, self._capture = self._capture[: self._frame], self._capture[self._frame :]
-            audio = rtc.AudioFrame(_to_int16(frame).tobytes(), self.rate, 1, self._frame)
+            audio = frame_of(_to_int16(frame).tobytes(), self.rate, 1, self._frame)
             if self.echo_cancellation:
                 self._apm.set_stream_delay_ms(self.delay_ms)
             self._apm.process_stream(audio)

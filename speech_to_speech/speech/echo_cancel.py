@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import soxr
 
+from speech_to_speech.core.audio import float_to_pcm16, pcm16_to_float
 from speech_to_speech.speech.playback import PlaybackReference
 
 logger = logging.getLogger(__name__)
@@ -68,10 +69,6 @@ def load_audio_processing(echo_cancellation: bool, noise_suppression: bool) -> A
         high_pass_filter=True,
         auto_gain_control=False,
     )
-
-
-def _to_int16(samples: np.ndarray) -> np.ndarray:
-    return np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
 
 
 class EchoCanceller:
@@ -157,17 +154,17 @@ class EchoCanceller:
                 self._render = np.concatenate([self._render, *due])
             while len(self._render) >= self._frame:
                 frame, self._render = self._render[: self._frame], self._render[self._frame :]
-                self._apm.process_reverse_stream(frame_of(_to_int16(frame).tobytes(), self.rate, 1, self._frame))
+                self._apm.process_reverse_stream(frame_of(float_to_pcm16(frame), self.rate, 1, self._frame))
                 self.render_frames += 1
         self._capture = np.concatenate([self._capture, np.asarray(samples, dtype=np.float32)])
         cleaned = []
         while len(self._capture) >= self._frame:
             frame, self._capture = self._capture[: self._frame], self._capture[self._frame :]
-            audio = frame_of(_to_int16(frame).tobytes(), self.rate, 1, self._frame)
+            audio = frame_of(float_to_pcm16(frame), self.rate, 1, self._frame)
             if self.echo_cancellation:
                 self._apm.set_stream_delay_ms(self.delay_ms)
             self._apm.process_stream(audio)
-            cleaned.append(np.frombuffer(audio.data, dtype=np.int16).astype(np.float32) / 32768.0)
+            cleaned.append(pcm16_to_float(bytes(audio.data)))
             self.capture_frames += 1
         self._out = np.concatenate([self._out, *cleaned])
         out, self._out = self._out[: len(samples)], self._out[len(samples) :]

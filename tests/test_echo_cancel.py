@@ -217,8 +217,11 @@ def test_a_session_sets_noise_reduction_and_the_vad_cleans_its_input_so() -> Non
     assert vad.canceller is not None and vad.canceller.echo_cancellation and vad.canceller.noise_suppression
     vad._control(InputCleaning("near_field"))
     assert vad.canceller is not None and not vad.canceller.echo_cancellation and vad.canceller.noise_suppression
+    reference = vad.echo.reference
+    vad._control(InputCleaning("far_field"))
+    assert len(reference._taps) == 1  # the canceller replaced stopped taking the played audio
     vad._control(InputCleaning(None))
-    assert vad.canceller is None
+    assert vad.canceller is None and not reference._taps
     # a WebSocket client: the server does not see what it plays; far_field suppresses noise only
     socket_vad = new_stage(FakeVAD, config=VADConfig(), name="vad")
     socket_vad._control(InputCleaning("far_field"))

@@ -116,8 +116,15 @@ class EchoCanceller:
         #: frames given to the module so far: far end (played) and near end (input)
         self.render_frames = 0
         self.capture_frames = 0
-        if self.echo_cancellation and reference is not None:
-            reference.tap(self._on_played)
+        self._reference = reference if self.echo_cancellation else None
+        if self._reference is not None:
+            self._reference.tap(self._on_played)
+
+    def close(self) -> None:
+        """Stop taking the played audio (a canceller replaced by another)."""
+        if self._reference is not None:
+            self._reference.untap(self._on_played)
+            self._reference = None
 
     def _on_played(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """The reference's tap: ``samples`` (float32) went out at ``start`` (monotonic s)."""

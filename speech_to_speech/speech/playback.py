@@ -117,6 +117,11 @@ class PlaybackReference:
         in the thread that adds it (an echo canceller keeps the audio itself, not only its level)."""
         self._taps.append(listener)
 
+    def untap(self, listener: Callable[[np.ndarray, int, float], None]) -> None:
+        """Stop handing blocks to ``listener`` (no error if it was not tapped)."""
+        if listener in self._taps:
+            self._taps.remove(listener)
+
     def add(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Record float32 mono ``samples`` at ``sample_rate`` Hz that play (or leave) from ``start``
         (monotonic s), in time order; silence may be recorded or left out (a window's loudest

@@ -235,6 +235,8 @@ class BaseVADHandler(BaseHandler):
         stage's thread): noise suppression, and echo cancelling where the input hears the voice
         (:attr:`echo` has its reference). Without the livekit wheel the input stays raw (logged)."""
         reference = self.echo.reference if self.echo is not None and echo_cancel else None
+        if self.canceller is not None:
+            self.canceller.close()
         self.canceller = None
         if noise_suppression or reference is not None:
             try:

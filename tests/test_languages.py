@@ -120,7 +120,7 @@ def test_the_turns_language_reaches_tts_and_history() -> None:
     out = list(llm.process(Transcript(stamp, "Quelle est la capitale ?", language="fr")))
     spoken = [item for item in out if isinstance(item, TTSInput)]
     assert spoken and all(item.language == "fr" for item in spoken)
-    assert "French" in llm.requests[0][0]["content"]
+    assert "français" in llm.requests[0][0]["content"]
     out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "And Germany?", language="en")))
     assert [item.language for item in out if isinstance(item, TTSInput)] == ["en"]
     users = [item for item in llm.chat.items() if item.get("role") == "user"]
@@ -130,7 +130,7 @@ def test_the_turns_language_reaches_tts_and_history() -> None:
     llm.chat.add_item({"type": "message", "role": "user", "content": "Et l'Espagne ?", "language": "fr"})
     out = list(llm.process(ResponseRequest(llm.gate.new_turn_stamp())))
     assert [item.language for item in out if isinstance(item, TTSInput)] == ["fr"]
-    assert "French" in llm.requests[2][0]["content"]
+    assert "français" in llm.requests[2][0]["content"]
 
 
 class TwoEngines(FakeTTS):
@@ -435,26 +435,6 @@ def test_an_improbable_pass_is_kept_not_redone_in_the_30_s_window() -> None:
     text, language = stt.transcribe(speak("Wie viele Tage hat eine Woche?", "de"), 16_000)
     assert text and language == "de"
     assert stt.full_window_passes == 0, text
-
-
-@pytest.mark.models
-def test_a_german_question_is_answered_with_the_right_capital(tmp_path: Any) -> None:
-    """The reply rule names German in German: with "Always reply in German" the embedded 1.5B
-    answered "Was ist die Hauptstadt von Frankreich?" with "Berlin." (typed, greedy)."""
-    from speech_to_speech.core.events import AssistantText, Event
-
-    question = "Was ist die Hauptstadt von Frankreich?"
-    flags = ["--input_text", question, "--output_audio", str(tmp_path / "out.wav"), "--language", "de"]
-    try:
-        args = parse_args([*flags, "--stt_model", "whisper-base"])
-        bus = EventBus()
-        events: list[Event] = []
-        bus.subscribe(events.append)
-        run_local(args, bus)
-    except FileNotFoundError as exc:  # the multilingual extra
-        pytest.skip(str(exc))
-    replies = [e.text for e in events if isinstance(e, AssistantText)]
-    assert replies and "paris" in replies[0].lower() and "berlin" not in replies[0].lower(), replies
 
 
 @pytest.fixture(scope="module")

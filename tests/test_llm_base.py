@@ -259,7 +259,7 @@ def test_language_auto_passes_detected_language_to_prompt() -> None:
     out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Bonjour, comment ça va ?", language="fr")))
     assert isinstance(out[-1], EndOfResponse)
     system = llm.requests[0][0]
-    assert system["role"] == "system" and "French" in system["content"]
+    assert system["role"] == "system" and "français" in system["content"]
     llm.config.language = "en"  # a fixed language does not add a rule
     list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Hello", language="fr")))
     assert "French" not in llm.requests[1][0]["content"]

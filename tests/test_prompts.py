@@ -329,8 +329,7 @@ def test_language_name(code: str | None, name: str | None) -> None:
 
 
 def test_the_reply_rule_names_the_language_in_itself() -> None:
-    # "Always reply in German" made the embedded 1.5B answer "Berlin." to "Was ist die Hauptstadt
-    # von Frankreich?"; the language's own name does not prime it with a country
+    # "Always reply in German" primes the embedded 1.5B with Germany (see prompts.ENDONYMS)
     assert "Always reply in Deutsch" in build_voice_system_prompt(language="de")
     assert "German" not in build_voice_system_prompt(language="German")
     assert "Always reply in 日本語" in build_voice_system_prompt(language="ja")

@@ -131,9 +131,11 @@ _TEXT_RULES = (
 
 
 #: the reply rule names a language in that language (its endonym), not in English: "Always reply
-#: in German" primed the embedded 1.5B with Germany. Typed, German, five fact questions: "Was ist
-#: die Hauptstadt von Frankreich?" was answered "Berlin." with "German" in the rule and "Paris."
-#: with "Deutsch" (French and Spanish: no change). Languages not listed keep their English name.
+#: in German" primes the embedded 1.5B with Germany. "Was ist die Hauptstadt von Frankreich?":
+#: P(first token "Berlin") 0.565 against "Paris" 0.321 with "German" in the rule, 0.521 against
+#: 0.362 with "Deutsch" (the GGUF's chat template, greedy); through the pipeline, typed, it
+#: answered "Paris." with "Deutsch" once and "Berlin." in another run: a near tie, moved a little.
+#: Languages not listed keep their English name.
 ENDONYMS = {
     "German": "Deutsch",
     "French": "français",

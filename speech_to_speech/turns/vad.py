@@ -113,8 +113,9 @@ class VADConfig:
         echo_gate: where the input can hear the assistant's voice (live mode's speaker, a
             WebRTC call), set aside what its echo explains (:mod:`speech_to_speech.turns.echo`).
         echo_cancel: "auto" (cancel the voice's echo in the input where the input is a raw
-            microphone that hears it: local mode's), "true" (also on WebRTC calls), "false"
-            (:mod:`speech_to_speech.speech.echo_cancel`).
+            microphone that hears it: local mode's), "true" (also on WebRTC calls), "false" (the
+            default: with no echo path, headphones, AEC3 removed the first 0.5 s of speech over
+            the voice; :mod:`speech_to_speech.speech.echo_cancel`).
         noise_suppression: WebRTC's noise suppression on the input, before VAD and STT.
     """
 
@@ -134,7 +135,7 @@ class VADConfig:
     turn_statement_silence_ms: int = 1000
     resume_within_ms: int = 1500
     echo_gate: bool = True
-    echo_cancel: str = "auto"
+    echo_cancel: str = "false"
     noise_suppression: bool = False
 
 

@@ -56,9 +56,12 @@ from benchmark_live import (
     TAP_RATE,
     LiveProgram,
     SoundServer,
+    frame_rms,
     missing_tools,
+    sound_after,
     sound_frames,
     trimmed,
+    wait_for_quiet,
 )
 
 from tests.helpers import responses_api_flags
@@ -132,9 +135,7 @@ def make_noise(kind: str, seconds: float, rate: int = TAP_RATE, seed: int = 7) -
 def speech_rms(clip: Path) -> float:
     """RMS of the loud frames of ``clip`` (its speech, not its pauses)."""
     samples, _ = sf.read(str(clip), dtype="float32", always_2d=True)
-    mono = samples.mean(axis=1)
-    frame = TAP_RATE * FRAME_MS // 1000
-    rms = np.sqrt((mono[: len(mono) // frame * frame].reshape(-1, frame) ** 2).mean(axis=1))
+    rms = frame_rms(samples.mean(axis=1), TAP_RATE)
     loud = rms[rms > rms.max() * 10 ** (-30 / 20)]
     return float(np.sqrt(np.mean(loud**2)))
 
@@ -209,12 +210,6 @@ class Room:
         onset = (start + int(np.argmax(correlation[: len(window)]))) / TAP_RATE
         return onset + statistics.median(offsets)
 
-    def speaker_sound_after(self, after_s: float) -> float | None:
-        frames = sound_frames(self.speaker.samples())
-        first = int(np.ceil(after_s * 1000 / FRAME_MS))
-        loud = np.flatnonzero(frames[first:])
-        return (first + loud[0]) * FRAME_MS / 1000 if len(loud) else None
-
     def speaker_quiet_from(self, after_s: float, quiet_s: float = STOPPED_QUIET_S) -> float | None:
         """Start of the first ``quiet_s`` of silence on the speaker at or after ``after_s``, s."""
         frames = sound_frames(self.speaker.samples())
@@ -225,14 +220,8 @@ class Room:
         return None
 
     def wait_quiet(self, quiet_s: float = 1.5) -> bool:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            frames = sound_frames(self.speaker.samples())
-            run = round(quiet_s * 1000 / FRAME_MS)
-            if len(frames) >= run and not frames[-run:].any():
-                return True
-            time.sleep(0.2)
-        return False
+        """Wait until the speaker has been silent ``quiet_s`` (a reply has ended)."""
+        return wait_for_quiet(self.speaker, quiet_s, WAIT_S)
 
     def start_story(self, request: Path) -> float | None:
         """Ask for the story; when its voice starts on the speaker, s (None: it did not)."""
@@ -240,7 +229,7 @@ class Room:
         self.server.say(request)
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            started = self.speaker_sound_after(before)
+            started = sound_after(self.speaker.samples(), before)
             if started is not None:
                 return started
             time.sleep(0.1)

@@ -52,15 +52,11 @@ def speech_fraction(samples: np.ndarray) -> float:
 
 def transcribe(samples: np.ndarray) -> str:
     """What the embedded Whisper tiny.en hears in 16 kHz ``samples``."""
-    import threading
-
     from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
-    from speech_to_speech.core.cancel import Gate
-    from speech_to_speech.core.events import EventBus
     from speech_to_speech.turns.stt import STTConfig
+    from tests.helpers import new_stage
 
-    kwargs = {"stop_event": threading.Event(), "input_queue": None, "output_queue": None}
-    stt = FasterWhisperSTTHandler(**kwargs, gate=Gate(), bus=EventBus(), config=STTConfig(), name="stt")
+    stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(), name="stt")
     stt.load()
     return stt.transcribe(samples, RATE)[0]
 

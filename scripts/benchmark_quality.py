@@ -4,7 +4,7 @@ The dialogues (``scripts/data/quality_dialogues.json``, loaded and scored by
 :mod:`quality_scoring`) cover facts, statements and small talk that need a reaction (never a
 repeat), memory of earlier turns, follow-ups ("and in Fahrenheit?"), spoken instructions
 ("shorter please", "say that again"), numbers and, in dialogues that offer the sample tools of
-``scripts/sample_tools.py`` (``get_time``, ``add``), tool calls. ``--list`` prints them.
+``speech_to_speech/client/talk/sample_tools.py`` (``get_time``, ``add``), tool calls. ``--list`` prints them.
 
 **Speech.** A turn is synthesised in its dialogue's voice, the embedded Piper voice (joe,
 22,050 Hz, the one the product speaks with) or espeak-ng (``en-us+f3``, a different, robotic
@@ -341,9 +341,9 @@ async def run_dialogue(
     """One session: every turn of ``dialogue`` spoken in turn, each waited for and scored; with
     ``pin_language`` the session pins the dialogue's language (``transcription.language``)."""
     import numpy as np
-    import sample_tools
 
     from speech_to_speech.client.realtime import PacedSender, RealtimeClient, session_update, silence
+    from speech_to_speech.client.talk import sample_tools
     from tests.speech_utils import word_error_rate
 
     records = [

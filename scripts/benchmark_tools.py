@@ -7,7 +7,7 @@ Two parts (``--part accuracy``, ``--part prefetch`` or both, the default):
 ``llama-cpp``, which offers tools through the model's own chat template and reads JSON calls;
 ``transformers``/``mlx-lm`` use ``<code>`` blocks) with its embedded default model
 (Qwen2.5-Coder-1.5B-Instruct; ``--llm_model`` picks another, e.g. ``qwen2.5-coder-0.5b``) and the sample tools of
-``scripts/sample_tools.py`` (``get_time``, ``add``), on a fixed set of prompts: ten that need a tool
+``client/talk/sample_tools.py`` (``get_time``, ``add``), on a fixed set of prompts: ten that need a tool
 and six that must not call one (three are the no-tool turns of the conversation benchmark's tool
 dialogues). The table gives p(call): the call openers' probability at the reply's first token, which
 the call threshold judges (:mod:`handlers.llm.call_threshold`; llama-cpp only). Each prompt is a
@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
 import sys
@@ -71,7 +70,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from bench_common import REPO_ROOT, percentile
+from bench_common import percentile
 
 #: the weather tool offered in part (b)
 WEATHER_TOOL: dict[str, Any] = {
@@ -171,12 +170,10 @@ class CaseResult:
 
 
 def load_sample_tools() -> ModuleType:
-    """``scripts/sample_tools.py``, loaded from its path."""
-    spec = importlib.util.spec_from_file_location("sample_tools", REPO_ROOT / "scripts" / "sample_tools.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The example tool module of ``s2s-talk`` (``speech_to_speech.client.talk.sample_tools``)."""
+    from speech_to_speech.client.talk import sample_tools
+
+    return sample_tools
 
 
 def grade(result: CaseResult, sample: ModuleType) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from handlers.llm.engine_check import EngineCheck, check_engine, reinstall_command
-from tests.helpers import REPO_ROOT, load_module, responses_api_flags
+from tests.helpers import responses_api_flags
 
 if TYPE_CHECKING:
     from tests.realtime_harness import InProcessServer
@@ -88,19 +89,19 @@ def server(provider: ResponsesServer, realtime_servers: Callable[..., InProcessS
 
 @pytest.fixture(scope="session")
 def sample_tools() -> ModuleType:
-    """``scripts/sample_tools.py`` (get_time, add), imported from its path."""
-    return load_module(REPO_ROOT / "scripts" / "sample_tools.py", "sample_tools_under_test")
+    """The example tool module ``speech_to_speech.client.talk.sample_tools`` (get_time, add)."""
+    return importlib.import_module("speech_to_speech.client.talk.sample_tools")
 
 
 @pytest.fixture(scope="session")
 def talk() -> ModuleType:
-    """``scripts/talk.py``, imported from its path."""
-    return load_module(REPO_ROOT / "scripts" / "talk.py", "talk_under_test")
+    """``s2s-talk``'s command line module (``speech_to_speech.client.talk.cli``)."""
+    return importlib.import_module("speech_to_speech.client.talk.cli")
 
 
 @pytest.fixture
 def console_out(talk: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    """Everything talk.py prints on its console; also shortens its settle time for fast tests."""
+    """Everything s2s-talk prints on its console; also shortens its settle time for fast tests."""
     buffer = io.StringIO()
     original = talk.Console
     monkeypatch.setattr(talk, "Console", lambda: original(buffer))

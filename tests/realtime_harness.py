@@ -1,7 +1,7 @@
 """Helpers for testing the realtime server in process: a server thread, a raw client, audio blocks.
 
 The client side (connection, :class:`EventLog`, wire audio) is :mod:`speech_to_speech.client.realtime`,
-the same that scripts/talk.py and the server benchmark use; the names tests use from it are
+the same that s2s-talk (speech_to_speech/client/talk/) and the server benchmark use; the names tests use from it are
 re-exported here (``load_clip`` is its ``load_wire_audio``: int16 at :data:`WIRE_RATE`).
 """
 

@@ -35,6 +35,7 @@ from speech_to_speech.client.realtime import (
     session_update,
     silence,
 )
+from speech_to_speech.client.talk import audio as talk_audio
 from speech_to_speech.speech.audio_io import OutputBuffer, Timeline
 
 #: the longest any scenario here may take, s
@@ -309,7 +310,7 @@ def test_timeline_places_cuts_and_renders() -> None:
     assert len(timeline) == 0 and timeline.render(2, np.int16).tolist() == [0, 0]
 
 
-# -- talk.py on the shared client: file in, reply on the input's timeline --------------------------------
+# -- s2s-talk on the shared client: file in, reply on the input's timeline --------------------------------
 
 
 def test_talk_file_mode_streams_paced_and_records_the_reply(
@@ -394,7 +395,7 @@ class FakeSoundDevice:
 def test_talk_speaker_sink_plays_in_order_and_reports_what_was_heard(
     talk: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(talk, "import_sounddevice", lambda: FakeSoundDevice)
+    monkeypatch.setattr(talk_audio, "import_sounddevice", lambda: FakeSoundDevice)
     sink = talk.SpeakerSink()
     stream: FakeOutputStream = sink._stream
     assert sink.rate == WIRE_RATE  # no resampling

@@ -25,8 +25,9 @@ import soxr
 
 from handlers.llm.embedded import EMBEDDED_MODELS
 from handlers.llm.llama_cpp_llm import LlamaCppLLMHandler
+from speech_to_speech.client.talk import sample_tools
 from speech_to_speech.core.messages import ToolCallRequest, Transcript, TTSInput
-from tests.helpers import REPO_ROOT, load_module, new_stage
+from tests.helpers import new_stage
 
 pytestmark = [
     pytest.mark.models,
@@ -83,7 +84,7 @@ def llm() -> Any:
     config = get_backend("llm", "llama-cpp").config_cls(llm_model="qwen2.5-coder-1.5b", first_token_timeout_s=0)
     stage = new_stage(LlamaCppLLMHandler, config=config, name="llm:llama-cpp")
     stage.setup()
-    stage.tools = list(load_module(REPO_ROOT / "scripts" / "sample_tools.py", "sample_tools").TOOLS)
+    stage.tools = list(sample_tools.TOOLS)
     yield stage
     stage.stop_event.set()
     stage.cleanup()

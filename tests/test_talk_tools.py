@@ -1,8 +1,8 @@
-"""Client-side tools in scripts/talk.py (``--tool-module``) and the example scripts/sample_tools.py.
+"""Client-side tools in s2s-talk (``--tool-module``) and the example module ``sample_tools``.
 
 (The ``talk``, ``console_out`` and ``sample_tools`` fixtures are in conftest.py.)
 
-The end-to-end tests run talk.py's client against a tiny scripted Realtime server (a websockets
+The end-to-end tests run s2s-talk's client against a tiny scripted Realtime server (a websockets
 server on 127.0.0.1, port 0): it answers the first ``response.create`` with a function call and
 the follow-up one with a text reply, and records what the client sent.
 """
@@ -23,10 +23,10 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from speech_to_speech.client.talk import tools as talk_tools
 from tests.helpers import REPO_ROOT
 
-TALK_PATH = REPO_ROOT / "scripts" / "talk.py"
-SAMPLE_PATH = REPO_ROOT / "scripts" / "sample_tools.py"
+SAMPLE_PATH = REPO_ROOT / "speech_to_speech" / "client" / "talk" / "sample_tools.py"
 #: seconds any single end-to-end run may take before the test fails
 RUN_TIMEOUT_S = 8.0
 CALL_ID = "call_add_1"
@@ -137,7 +137,7 @@ class FakeRealtimeServer:
 
 
 async def converse_with(talk: ModuleType, fake: FakeRealtimeServer, tmp_path: Path, *flags: str) -> int:
-    """Run talk.py's client (in process) against ``fake``; return its exit status."""
+    """Run s2s-talk's client (in process) against ``fake``; return its exit status."""
     async with serve(fake.handler, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
         args = talk.parse_args(
@@ -237,13 +237,14 @@ def test_command_line_subprocess(tmp_path: Path) -> None:
             port = server.sockets[0].getsockname()[1]
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
-                str(TALK_PATH),
+                "-m",
+                "speech_to_speech.client.talk",
                 "--url",
                 f"ws://127.0.0.1:{port}/v1/realtime",
                 "--text",
                 "what is 2 plus 3",
                 "--tool-module",
-                "scripts/sample_tools.py",
+                "speech_to_speech.client.talk.sample_tools",
                 "--output_audio",
                 str(tmp_path / "reply.wav"),
                 "--idle_timeout_s",
@@ -268,7 +269,7 @@ def test_command_line_subprocess(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# talk.py pieces
+# s2s-talk pieces
 
 
 def test_session_update_carries_tools(talk: ModuleType, sample_tools: ModuleType) -> None:
@@ -343,7 +344,7 @@ def test_call_tool_outputs(talk: ModuleType, sample_tools: ModuleType) -> None:
     tools = talk.ToolModule("sample", sample_tools.TOOLS, sample_tools.execute_tool)
 
     def call(name: str, arguments: str, timeout_s: float = 2.0, module: Any = tools) -> Any:
-        return json.loads(asyncio.run(talk.call_tool(module, name, arguments, timeout_s)))
+        return json.loads(asyncio.run(talk_tools.call_tool(module, name, arguments, timeout_s)))
 
     assert call("add", '{"a": 2, "b": 3}') == {"sum": 5}
     assert call("add", '{"a": 1.5, "b": -0.5}') == {"sum": 1.0}
@@ -361,7 +362,7 @@ def test_call_tool_outputs(talk: ModuleType, sample_tools: ModuleType) -> None:
     def sync_tool(name: str, arguments: dict[str, Any]) -> str:
         return f"plain text for {name}"
 
-    plain = asyncio.run(talk.call_tool(talk.ToolModule("sync", [], sync_tool), "t", "{}", 2.0))
+    plain = asyncio.run(talk_tools.call_tool(talk.ToolModule("sync", [], sync_tool), "t", "{}", 2.0))
     assert plain == "plain text for t"  # strings go out as they are
 
     def failing(name: str, arguments: dict[str, Any]) -> None:
@@ -379,7 +380,7 @@ def test_stuck_sync_tool_times_out_without_blocking_exit(talk: ModuleType) -> No
 
     started = time.monotonic()
     try:
-        output = asyncio.run(talk.call_tool(talk.ToolModule("stuck", [], stuck), "stuck", "{}", 0.05))
+        output = asyncio.run(talk_tools.call_tool(talk.ToolModule("stuck", [], stuck), "stuck", "{}", 0.05))
     finally:
         release.set()
     assert "timed out" in json.loads(output)["error"]
@@ -391,7 +392,7 @@ def test_stuck_sync_tool_times_out_without_blocking_exit(talk: ModuleType) -> No
 
 
 def test_sample_tools_schema(talk: ModuleType, sample_tools: ModuleType) -> None:
-    assert talk.validate_tools(sample_tools.TOOLS) == sample_tools.TOOLS
+    assert talk_tools.validate_tools(sample_tools.TOOLS) == sample_tools.TOOLS
     for tool in sample_tools.TOOLS:
         assert tool["description"] and tool["parameters"]["type"] == "object"
 
@@ -429,3 +430,18 @@ def test_sample_execute_tool(sample_tools: ModuleType) -> None:
     assert asyncio.run(sample_tools.execute_tool("get_time", {}))["timezone"] == "UTC"
     assert "bad arguments" in asyncio.run(sample_tools.execute_tool("add", {"a": 1}))["error"]
     assert "unknown tool" in asyncio.run(sample_tools.execute_tool("nope", {}))["error"]
+
+
+def test_s2s_talk_console_script_runs_the_client() -> None:
+    """pyproject's ``s2s-talk`` names an importable entry point, and the command answers --help."""
+    import importlib
+    import subprocess
+    import tomllib
+
+    target = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]["s2s-talk"]
+    module, _, name = target.partition(":")
+    assert callable(getattr(importlib.import_module(module), name))
+    shown = subprocess.run(
+        [sys.executable, "-m", "speech_to_speech.client.talk", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: s2s-talk")

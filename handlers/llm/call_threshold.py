@@ -2,7 +2,7 @@
 call is its single most likely start.
 
 Measured with the embedded Qwen2.5-Coder-1.5B-Instruct, the voice system prompt and the sample
-tools of ``scripts/sample_tools.py`` (``get_time``, ``add``), greedy: asked "What time is it in
+tools of ``speech_to_speech/client/talk/sample_tools.py`` (``get_time``, ``add``), greedy: asked "What time is it in
 Tokyo?" it answers from memory ("The current date and time in Tokyo is 2023-10-05T14:30:00+09:00"),
 although with a one-line system prompt it calls ``get_time``. The voice prompt's rules push the
 call down without removing it. The probability of a call opener (``<tool_call>``, ``{``, ``{"``,

@@ -1,6 +1,6 @@
 """A client of the realtime protocol: one WebSocket connection, its server events, audio on the wire.
 
-``scripts/talk.py`` (the terminal client), ``scripts/benchmark_server.py`` and the tests
+``s2s-talk`` (the terminal client, :mod:`speech_to_speech.client.talk`), ``scripts/benchmark_server.py`` and the tests
 (``tests/realtime_harness.py``) all talk to a realtime server through this module; the server itself
 never imports it.
 

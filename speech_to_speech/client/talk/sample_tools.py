@@ -1,13 +1,13 @@
-"""Example ``--tool-module`` for ``scripts/talk.py``: the time in a timezone, and adding two numbers.
+"""Example ``--tool-module`` for ``s2s-talk``: the time in a timezone, and adding two numbers.
 
 Use it with::
 
-    python scripts/talk.py --text "What time is it in Tokyo?" --tool-module scripts/sample_tools.py
+    s2s-talk --text "What time is it in Tokyo?" --tool-module speech_to_speech.client.talk.sample_tools
 
 A tool module exports ``TOOLS`` (flat Realtime function tools: ``type``, ``name``,
 ``description``, ``parameters`` as JSON Schema) and ``async def execute_tool(name, arguments)``,
 whose result (a string, or anything JSON-serializable) becomes the ``function_call_output``.
-Errors the model should see are returned as ``{"error": "..."}``; talk.py turns exceptions into
+Errors the model should see are returned as ``{"error": "..."}``; s2s-talk turns exceptions into
 the same shape. Nothing here touches the network.
 """
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env python
 """Interrupting the assistant over its own voice: the browser page with its audio really playing.
 
-A room, made of a private PulseAudio (``benchmark_live.SoundServer``): Chromium plays the
+A room, made of a private PulseAudio (``speech_to_speech.testing.room.SoundServer``): Chromium plays the
 assistant's voice on the default sink, and its microphone hears both the user (LibriVox clips
 played into it) and that sink, 40 ms late, at ``--echo_gain`` (the echo of a laptop's speakers).
 Chromium is headless but not muted, and its microphone is that room's, so its own echo canceller
 (AEC3) works as on a user's machine: it knows what it plays and removes it from what it hears.
 
 The realtime server runs in this process with the embedded VAD, STT and TTS, its LLM the
-scripted ``/v1/responses`` endpoint of ``tests/responses_server.py`` (a five-sentence story, about
+scripted ``/v1/responses`` endpoint of ``speech_to_speech/testing/responses_server.py`` (a five-sentence story, about
 15 s spoken; and "Sure, go ahead." after an interruption), so each trial is quick and the same.
 For each condition (the browser's echo canceller on or off, the server's echo gate on or off) the
 page types "Tell me a story." ``--trials`` times twice:
@@ -42,15 +42,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_common  # noqa: F401 (puts the repository on sys.path)
-from benchmark_live import FRAME_MS, Recording, SoundServer, missing_tools, sound_frames, trimmed
-
-from tests.cdp import Chromium, find_chromium
-from tests.helpers import responses_api_flags
-from tests.realtime_harness import InProcessServer
-from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
-from tests.speech_utils import librivox_clips
+from speech_to_speech.testing.cdp import Chromium, find_chromium
+from speech_to_speech.testing.realtime import InProcessServer
+from speech_to_speech.testing.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
+from speech_to_speech.testing.room import FRAME_MS, Recording, SoundServer, missing_tools, sound_frames, trimmed
+from speech_to_speech.testing.runs import responses_api_flags
+from speech_to_speech.testing.speech_data import librivox_clips
 
 PROG = "benchmark_echo.py"
 #: what the page types to start each story

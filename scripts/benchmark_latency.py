@@ -57,21 +57,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (
+from speech_to_speech.testing.bench import (
     REPO_ROOT,
     Child,
     build_handler,
     cell,
     find_clips,
+    first_sound_s,
     free_port,
     one_line,
     percentile,
     print_table,
+    read_mono,
     read_transcripts,
+    speech_end_s,
 )
-
-from tests.speech_utils import word_error_rate
+from speech_to_speech.testing.speech_data import word_error_rate
 
 PROG = "benchmark_latency.py"
 MAIN = str(REPO_ROOT / "s2s_pipeline.py")
@@ -119,35 +120,6 @@ class ClipResult:
 
 
 # -- reading the audio ----------------------------------------------------------------------
-
-
-def speech_end_s(samples: Any, rate: int, frame_ms: int = 20) -> float | None:
-    """End of the last frame of speech: RMS above ``max(peak - 30 dB, 2.5 x noise floor)``."""
-    import numpy as np
-
-    frame = rate * frame_ms // 1000
-    count = len(samples) // frame
-    if count == 0:
-        return None
-    rms = np.sqrt((np.asarray(samples[: count * frame], dtype=np.float64).reshape(count, frame) ** 2).mean(axis=1))
-    threshold = max(rms.max() * 10 ** (-30 / 20), 2.5 * np.percentile(rms, 10))
-    loud = np.flatnonzero(rms > threshold)
-    return (loud[-1] + 1) * frame / rate if len(loud) else None
-
-
-def first_sound_s(samples: Any, rate: int, threshold: float = 1e-3) -> float | None:
-    """Time of the first sample with ``|x| > threshold``, None if all is silence."""
-    import numpy as np
-
-    loud = np.flatnonzero(np.abs(samples) > threshold)
-    return loud[0] / rate if len(loud) else None
-
-
-def read_mono(path: Path) -> tuple[Any, int]:
-    import soundfile as sf
-
-    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    return data.mean(axis=1), rate
 
 
 def _ms(text: str) -> float | None:
@@ -394,7 +366,7 @@ def spoken_clips(folder: Path) -> list[Path]:
     import numpy as np
     import soundfile as sf
 
-    from tests.turn_harness import synthesize
+    from speech_to_speech.testing.turns import synthesize
 
     lines = [line.strip() for line in SPOKEN_TURNS.read_text(encoding="utf-8").splitlines()]
     texts = [line for line in lines if line and not line.startswith("#")]
@@ -410,7 +382,7 @@ def spoken_clips(folder: Path) -> list[Path]:
 
 def waterfall(clips: list[Path], extra: list[str], workdir: Path, png: Path, name: str) -> list[Any]:
     """(e) The waterfall of every clip's turns, run in this process: printed and drawn to ``png``."""
-    from waterfall import plot_waterfall, print_waterfall, run_clip
+    from speech_to_speech.testing.waterfall import plot_waterfall, print_waterfall, run_clip
 
     turns = []
     for number, clip in enumerate(clips, 1):

@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any
 
 #: the repository root (this file lives in ``scripts/``)
-from bench_common import REPO_ROOT, free_port, percentile
+from speech_to_speech.testing.bench import REPO_ROOT, free_port, percentile
 
 PROG = "benchmark_llm.py"
 #: the fixed user prompts, short questions as a voice assistant hears them

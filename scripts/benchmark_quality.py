@@ -1,7 +1,7 @@
 """Conversation benchmark on spoken input: multi-turn dialogues through the realtime server.
 
 The dialogues (``scripts/data/quality_dialogues.json``, loaded and scored by
-:mod:`quality_scoring`) cover facts, statements and small talk that need a reaction (never a
+:mod:`speech_to_speech.testing.scoring`) cover facts, statements and small talk that need a reaction (never a
 repeat), memory of earlier turns, follow-ups ("and in Fahrenheit?"), spoken instructions
 ("shorter please", "say that again"), numbers and, in dialogues that offer the sample tools of
 ``speech_to_speech/client/talk/sample_tools.py`` (``get_time``, ``add``), tool calls. ``--list`` prints them.
@@ -33,12 +33,12 @@ the reply (the transcripts of the messages in each ``response.done`` since the t
 responses only when nothing else was said), the tool calls, and the **first-audio latency**: the
 block carrying clip time ``t`` leaves at ``t0 + t`` (``t0``: the schedule's start, ``time.monotonic()``),
 so the user stops speaking at ``t0 + speech_end``, where ``speech_end`` is the end of the clip's last
-20 ms frame of speech (``benchmark_latency.speech_end_s``: RMS above ``max(peak - 30 dB, 2.5 x noise
+20 ms frame of speech (``speech_to_speech.testing.bench.speech_end_s``: RMS above ``max(peak - 30 dB, 2.5 x noise
 floor)``); latency = receipt of the first ``response.output_audio.delta`` after that moment minus
 it. It holds the VAD's endpointing silence (``--min_silence_ms``), STT, the LLM's first sentence,
 its TTS and the local network hop, like the voice-to-voice of ``benchmark_latency.py``.
 
-**Score** (:func:`quality_scoring.score_turn`): facts, echo, instructions and tool calls as that
+**Score** (:func:`speech_to_speech.testing.scoring.score_turn`): facts, echo, instructions and tool calls as that
 module says. Per model the table gives the share of turns right, the statements and small-talk
 turns that echoed the user (echo score > 0.5 with two content words shared or none added), mean
 and max words per reply, first-audio latency p50/p90 (linear interpolation), the word error rate of what
@@ -77,9 +77,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import REPO_ROOT, Child, cell, find_clips, free_port, percentile, print_table, read_transcripts
-from quality_scoring import (
+from speech_to_speech.testing.bench import (
+    REPO_ROOT,
+    Child,
+    cell,
+    find_clips,
+    free_port,
+    percentile,
+    print_table,
+    read_transcripts,
+)
+from speech_to_speech.testing.scoring import (
     CATEGORIES,
     LANGUAGE_DIALOGUES_FILE,
     REACTION_KINDS,
@@ -183,9 +191,8 @@ def prepare_speech(dialogues: list[Dialogue], cache: Path, notes: list[str]) -> 
     Raises:
         FileNotFoundError: espeak-ng is missing and a dialogue needs it.
     """
-    from benchmark_latency import speech_end_s
-
     from speech_to_speech.client.realtime import WIRE_RATE, load_wire_audio
+    from speech_to_speech.testing.bench import speech_end_s
 
     clips = {clip.stem: clip for clip in find_clips()}
     transcripts = read_transcripts(list(clips.values()))
@@ -324,7 +331,8 @@ def _read_turn(record: TurnRecord, events: list[dict[str, Any]], times: list[flo
 
 
 def score_record(record: TurnRecord, turn: Turn, previous: str, tools: bool) -> None:
-    """Score ``record`` (:func:`quality_scoring.score_turn`); a turn whose every response failed is wrong."""
+    """Score ``record`` (:func:`speech_to_speech.testing.scoring.score_turn`); a turn whose every
+    response failed is wrong."""
     failed = bool(record.statuses) and "completed" not in record.statuses
     record.verdict = score_turn(turn, record.heard, record.reply, previous, record.calls, tools, failed=failed)
 
@@ -344,7 +352,7 @@ async def run_dialogue(
 
     from speech_to_speech.client.realtime import PacedSender, RealtimeClient, session_update, silence
     from speech_to_speech.client.talk import sample_tools
-    from tests.speech_utils import word_error_rate
+    from speech_to_speech.testing.speech_data import word_error_rate
 
     records = [
         TurnRecord(dialogue.name, n, turn.kind, s.source, s.said)

@@ -8,7 +8,7 @@ talked to through :mod:`speech_to_speech.client.realtime`:
 
 - the **scripted server** (phases soak, sessions, fuzz, faults): the default VAD, STT and TTS
   models, and the ``responses-api`` backend pointed at the scriptable ``/v1/responses`` endpoint
-  of ``tests/responses_server.py`` running in this process, so that turns are fast and the
+  of ``speech_to_speech/testing/responses_server.py`` running in this process, so that turns are fast and the
   provider can be made to fail on purpose;
 - the **default server** (phase concurrency): every default model, the embedded LLM included,
   with ``--max_sessions`` equal to the highest concurrency level.
@@ -84,14 +84,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import REPO_ROOT, cell, find_clips, free_port, percentile, print_table, split_extra
-from benchmark_server import BenchmarkError, Clip, Options, ServerProcess, load_clip, speak_one_turn
 
 from speech_to_speech.client.realtime import (
     BLOCK_SAMPLES,
@@ -102,7 +97,9 @@ from speech_to_speech.client.realtime import (
     session_update,
     silence,
 )
-from tests.responses_server import Call, Reply, ResponsesServer, Text
+from speech_to_speech.testing.bench import REPO_ROOT, cell, find_clips, free_port, percentile, print_table, split_extra
+from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
+from speech_to_speech.testing.server_runs import BenchmarkError, Clip, Options, ServerProcess, load_clip, speak_one_turn
 
 PROG = "benchmark_reliability.py"
 PHASES = ("soak", "sessions", "fuzz", "faults", "concurrency")

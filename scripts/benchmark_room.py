@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Local mode with its speakers on, in a room you can measure: its own echo, and noise.
 
-A room, made of a private PulseAudio (``benchmark_live.SoundServer``): ``python s2s_pipeline.py``
+A room, made of a private PulseAudio (``speech_to_speech.testing.room.SoundServer``): ``python s2s_pipeline.py``
 in live mode plays on the default sink and its microphone hears that sink ``ECHO_MS`` late at
 ``--echo_gain`` (a laptop's speakers, no headphones), plus one reflection :data:`REFLECTION_MS`
 later at :data:`REFLECTION_GAIN` of it (a little reverberation), plus, when asked, noise played
 into the microphone at ``--snr_db`` under the user's speech: ``pink`` (a fan), ``music``
 (synthesised chords with a melody), ``babble`` (four LibriVox speakers at once). The program's
-LLM is the scripted ``/v1/responses`` endpoint of ``tests/responses_server.py`` (a five-sentence
+LLM is the scripted ``/v1/responses`` endpoint of ``speech_to_speech/testing/responses_server.py`` (a five-sentence
 story, about 15 s spoken; "Sure, go ahead." after an interruption), so each trial is quick and
 the same; its VAD, STT and TTS are the embedded ones. Per condition (the echo canceller on or off,
 each noise):
@@ -48,9 +48,8 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_common  # noqa: F401 (puts the repository on sys.path)
-from benchmark_live import (
+from speech_to_speech.testing.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
+from speech_to_speech.testing.room import (
     ECHO_MS,
     FRAME_MS,
     TAP_RATE,
@@ -63,10 +62,8 @@ from benchmark_live import (
     trimmed,
     wait_for_quiet,
 )
-
-from tests.helpers import responses_api_flags
-from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
-from tests.speech_utils import librivox_clips, word_error_rate
+from speech_to_speech.testing.runs import responses_api_flags
+from speech_to_speech.testing.speech_data import librivox_clips, word_error_rate
 
 PROG = "benchmark_room.py"
 #: what the user asks for, said by espeak-ng into the microphone
@@ -329,7 +326,7 @@ def canceller_cpu_ms() -> float:
 
     from speech_to_speech.speech.echo_cancel import EchoCanceller
     from speech_to_speech.speech.playback import PlaybackReference
-    from tests.turn_harness import synthesize
+    from speech_to_speech.testing.turns import synthesize
 
     voice = synthesize(" ".join(item.text for item in STORY_REPLY.output if isinstance(item, Text)))
     reference = PlaybackReference()
@@ -344,7 +341,7 @@ def canceller_cpu_ms() -> float:
 
 def report(conditions: list[Condition], file: Any = None) -> None:
     """One row per condition (on ``file``, default stdout)."""
-    from bench_common import cell, percentile, print_table
+    from speech_to_speech.testing.bench import cell, percentile, print_table
 
     rows = []
     for c in conditions:

@@ -90,17 +90,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
-from bench_common import REPO_ROOT, print_table
 from llama_cpp import LogitsProcessorList
 from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
 from handlers.llm.embedded import resolve_gguf
 from handlers.llm.llama_cpp_llm import LlamaEngine
 from speech_to_speech.llm.prompts import build_voice_system_prompt
+from speech_to_speech.testing.bench import REPO_ROOT, print_table
 
 TARGET = "qwen2.5-coder-1.5b"
 DRAFT = ""  # the default embedded model: Qwen2.5-Coder-0.5B-Instruct

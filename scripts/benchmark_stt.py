@@ -12,13 +12,14 @@ time and its wait behind a partial, and the endpoint → first audio time, for t
 full 30 s window against short-context encoding, and with partials and speculation.
 
 ``--compare_models``: Whisper models side by side on every LibriVox clip (word error rate with
-``tests/speech_utils``' normaliser, time per clip, real-time factor, load time, memory). Each
+``speech_to_speech.testing.speech_data``' normaliser, time per clip, real-time factor, load time, memory). Each
 model is loaded ``--runs`` times, each time in a fresh process (models interleaved), with the
 project's settings (int8, beam 1, language "en", ``stt_cpu_threads``); each process passes over
 the clips once untimed, then once timed; a clip's time is its minimum over the runs. Paths:
 ``short`` is the handler's ``transcribe`` (short context, full window as fallback), ``window`` is
 faster-whisper's own 30 s window with the same options. A model is ``tiny.en`` (the embedded
-default), a split model's name from :data:`stt_models.SPLIT_MODELS` (assembled once into a cache
+default), a split model's name from
+:data:`speech_to_speech.testing.stt_models.SPLIT_MODELS` (assembled once into a cache
 folder), or a CTranslate2 folder.
 
 ``languages``: questions spoken by espeak-ng in French, German, Spanish and English
@@ -46,7 +47,6 @@ import multiprocessing
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -54,8 +54,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import (
@@ -71,18 +69,19 @@ from speech_to_speech.core.events import (
 from speech_to_speech.llm.local import LocalLLMHandler
 from speech_to_speech.llm.stage import LLMConfig
 from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.testing.bench import percentile
+from speech_to_speech.testing.speech_data import librivox_clips, normalize, word_error_rate
 from speech_to_speech.turns.stt import STTConfig
-from tests.speech_utils import librivox_clips, normalize, word_error_rate
 
 SENTENCES = ["Paris is the capital of France, and it is known for its museums.", "The weather today is mild."]
 
 
 def _median(values: list[float]) -> str:
-    return f"{statistics.median(values):5.0f}" if values else "    -"
+    return f"{percentile(values, 50):5.0f}" if values else "    -"
 
 
 def _p90(values: list[float]) -> str:
-    return f"{sorted(values)[int(0.9 * (len(values) - 1))]:5.0f}" if values else "    -"
+    return f"{percentile(values, 90):5.0f}" if values else "    -"
 
 
 # -- threads ---------------------------------------------------------------------------------------
@@ -385,9 +384,8 @@ def _vm_mb(key: str) -> float:
 
 def measure_model(spec: str, threads: int, paths: list[str]) -> dict[str, Any]:
     """One run, in a fresh process: load ``spec``, one untimed and one timed pass per path over the clips."""
-    from stt_models import resolve
-
     from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+    from speech_to_speech.testing.stt_models import resolve
 
     label, model = resolve(spec)
     clips = {p.stem[-4:]: load_audio(p) for p in librivox_clips()}

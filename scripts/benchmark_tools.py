@@ -25,8 +25,8 @@ wrote a ``<code>`` block that the parser skipped, with the parser's reason); the
 the pass rate per mode. Greedy decoding, so reruns on the same machine agree.
 
 **(b) prefetch**: the latency the speculative follow-up saves, measured through the realtime
-server running in this process (``tests/realtime_harness.InProcessServer``) with the
-``responses-api`` backend pointed at the scripted endpoint of ``tests/responses_server.py``, so the
+server running in this process (``speech_to_speech.testing.realtime.InProcessServer``) with the
+``responses-api`` backend pointed at the scripted endpoint of ``speech_to_speech/testing/responses_server.py``, so the
 numbers are the pipeline's (no model noise). The endpoint first streams "Let me check the weather."
 and a call ``get_weather(city="Paris")``, then the follow-up "It is sunny in Paris."; it can wait
 ``--provider_delay_ms`` before each answer (a provider's time to first token). Each trial is a
@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from bench_common import percentile
+from speech_to_speech.testing.bench import percentile
 
 #: the weather tool offered in part (b)
 WEATHER_TOOL: dict[str, Any] = {
@@ -326,8 +326,8 @@ async def run_trial(server: Any, provider: Any, scenario: str, prefetch: bool, d
     """One session through the whole tool loop; measures the follow-up's latency (see the docstring)."""
     from openai import AsyncOpenAI
 
-    from tests.realtime_harness import EventLog
-    from tests.responses_server import Call, Reply, Text
+    from speech_to_speech.testing.realtime import EventLog
+    from speech_to_speech.testing.responses_server import Call, Reply, Text
 
     trial = Trial(scenario, prefetch, delay_ms)
     delay_s = delay_ms / 1000
@@ -394,8 +394,8 @@ async def run_trial(server: Any, provider: Any, scenario: str, prefetch: bool, d
 
 def run_prefetch(args: argparse.Namespace) -> list[Trial]:
     """Every scenario x provider delay x prefetch on/off, ``--runs`` trials each."""
-    from tests.realtime_harness import InProcessServer
-    from tests.responses_server import ResponsesServer
+    from speech_to_speech.testing.realtime import InProcessServer
+    from speech_to_speech.testing.responses_server import ResponsesServer
 
     trials: list[Trial] = []
     with ResponsesServer() as provider:

@@ -53,15 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
-from bench_common import cell, percentile, print_table
 
 from speech_to_speech.core.events import BargeIn, FirstAudio, ReplyPaused, ReplyResumed, ResponseDone, SpeechStarted
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.speech.audio_io import load_audio
-from tests.realtime_harness import EventTimeout
-from tests.turn_harness import (
+from speech_to_speech.testing.bench import cell, percentile, print_table
+from speech_to_speech.testing.realtime import EventTimeout
+from speech_to_speech.testing.turns import (
     LONGER_REPLY,
     QUESTION,
     ScriptedLLM,
@@ -119,8 +118,7 @@ def with_transcripts(row: Row, flags: list[str], finished: list[np.ndarray], unf
     the speculative pass does (the STT stage of the defaults, tiny.en) and, when its transcript
     reads finished (:func:`~speech_to_speech.turns.turn_detection.transcript_ends_turn`), the turn
     ends after ``--turn_question_silence_ms`` / ``--turn_statement_silence_ms`` of silence."""
-    from bench_common import build_handler
-
+    from speech_to_speech.testing.bench import build_handler
     from speech_to_speech.turns.turn_detection import FINISHED_QUESTION, transcript_ends_turn
 
     args = parse_args(flags)
@@ -309,7 +307,7 @@ def server_trials(server: Any, voice: str, utterances: list[tuple[str, np.ndarra
     plays out); ``resume_delay_ms`` from its last block sent to the reply's audio coming back;
     ``decision_ms`` from its first block to ``speech_started`` (sent only for an interruption).
     """
-    from tests.realtime_harness import audio_arrivals, longest_gap, talk_over_reply
+    from speech_to_speech.testing.realtime import audio_arrivals, longest_gap, talk_over_reply
 
     ScriptedLLM.long_reply = LONGER_REPLY
     question = speech_only(load_audio(QUESTION))
@@ -348,7 +346,7 @@ def server_trials(server: Any, voice: str, utterances: list[tuple[str, np.ndarra
 
 def run_server(voices: list[tuple[str, list[tuple[str, np.ndarray]]]]) -> tuple[list[Trial], list[Trial]]:
     """(d): the backchannels and interruptions of (b) and (c), over WebSocket to the server in process."""
-    from tests.realtime_harness import InProcessServer
+    from speech_to_speech.testing.realtime import InProcessServer
 
     server = InProcessServer("--llm_backend", "turn-script").start()
     try:

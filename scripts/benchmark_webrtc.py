@@ -50,8 +50,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -59,9 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import REPO_ROOT, cell, find_clips, free_port, one_line, percentile, print_table, split_extra
 
 from speech_to_speech.client.realtime import (
     WIRE_RATE,
@@ -74,10 +69,18 @@ from speech_to_speech.client.realtime import (
 from speech_to_speech.client.webrtc import WebRTCClient
 from speech_to_speech.realtime.media import MEDIA_RATE
 from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.testing.bench import (
+    cell,
+    find_clips,
+    free_port,
+    one_line,
+    percentile,
+    print_table,
+    split_extra,
+)
+from speech_to_speech.testing.server_runs import BenchmarkError, ServerProcess
 
 PROG = "benchmark_webrtc.py"
-#: what the server prints once its models are loaded and it accepts clients
-LISTENING = "realtime server listening on "
 #: received audio with a sample above this (-50 dBFS) is the reply's (both transports)
 AUDIBLE_PEAK = 0.003
 #: the clip's own trailing silence ends where its 20 ms RMS falls below this fraction of its peak RMS
@@ -89,10 +92,6 @@ def first_audible(samples: np.ndarray) -> int | None:
     """Index of the first sample of received audio that is the reply speaking (not silence), if any."""
     loud = np.flatnonzero(np.abs(samples) > AUDIBLE_PEAK)
     return int(loud[0]) if len(loud) else None
-
-
-class BenchmarkError(Exception):
-    """The benchmark cannot go on (message for the user)."""
 
 
 @dataclass
@@ -304,55 +303,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Server:
-    """The realtime server as a subprocess, its output kept (the last lines shown on failure)."""
-
-    def __init__(self, command: list[str]) -> None:
-        self.command = command
-        self.lines: list[str] = []
-        self.proc: subprocess.Popen[str] | None = None
-
-    async def start(self, timeout_s: float) -> None:
-        """Start it and wait for its "listening" line.
-
-        Raises:
-            BenchmarkError: it exited, or did not listen within ``timeout_s``.
-        """
-        self.proc = subprocess.Popen(
-            self.command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        )
-        started = time.monotonic()
-        loop = asyncio.get_running_loop()
-        assert self.proc.stdout is not None
-        while time.monotonic() - started < timeout_s:
-            line = await loop.run_in_executor(None, self.proc.stdout.readline)
-            if not line:
-                break
-            self.lines.append(line.rstrip())
-            if line.startswith(LISTENING):
-                print(f"server ready in {time.monotonic() - started:.1f} s", flush=True)
-                loop.run_in_executor(None, self._drain)
-                return
-        tail = "\n".join(f"  | {line}" for line in self.lines[-20:])
-        raise BenchmarkError(f"the server did not start listening (status {self.proc.poll()}):\n{tail}")
-
-    def _drain(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-
-    def stop(self) -> None:
-        """SIGINT (the server's clean stop), then SIGKILL."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 async def run(args: argparse.Namespace, server_flags: list[str]) -> int:
     paths = find_clips(args.clips_dir)
     if not paths:
@@ -365,9 +315,11 @@ async def run(args: argparse.Namespace, server_flags: list[str]) -> int:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "s2s_pipeline.py", "--mode", "server", "--host", "127.0.0.1", "--port", str(port)]
-        server = Server([*command, "--max_sessions", "2", *server_flags])
+        server = ServerProcess([*command, "--max_sessions", "2", *server_flags])
         print("starting the server:", " ".join(server.command[1:]), flush=True)
-        await server.start(args.load_timeout_s)
+        server.start()
+        await asyncio.to_thread(server.wait_ready, args.load_timeout_s)
+        print(f"server ready in {server.load_s:.1f} s", flush=True)
     ws_url = base_url.replace("http", "ws", 1) + "/v1/realtime"
     try:
         print(f"{len(clips)} clips x {args.runs} run(s) x 2 transports against {base_url}", flush=True)

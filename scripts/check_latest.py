@@ -41,10 +41,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import REPO_ROOT, print_table
-
 from handlers.llm.engine_check import ENGINE, check_engine
+from speech_to_speech.testing.bench import REPO_ROOT, print_table
 
 PROG = "check_latest.py"
 LOCK = REPO_ROOT / "requirements.lock"

@@ -15,8 +15,8 @@ from handlers.llm.engine_check import EngineCheck, check_engine, reinstall_comma
 from tests.helpers import responses_api_flags
 
 if TYPE_CHECKING:
-    from tests.realtime_harness import InProcessServer
-    from tests.responses_server import ResponsesServer
+    from speech_to_speech.testing.realtime import InProcessServer
+    from speech_to_speech.testing.responses_server import ResponsesServer
 
 #: the test that reports an engine which cannot run here (every other test is skipped then)
 ENGINE_TEST = "tests/test_engine.py"
@@ -50,11 +50,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def realtime_servers() -> Iterator[Callable[..., InProcessServer]]:
     """Starts in-process realtime servers for the module: ``realtime_servers(*flags, warm_up=True)``.
 
-    Each is a started :class:`~tests.realtime_harness.InProcessServer`; at the module's end every
+    Each is a started :class:`~speech_to_speech.testing.realtime.InProcessServer`; at the module's end every
     one is stopped, last started first, and waited for until its sessions and their threads are
     gone (a stage thread still in native code when the interpreter exits can abort it).
     """
-    from tests.realtime_harness import InProcessServer  # the server modules load only where used
+    from speech_to_speech.testing.realtime import InProcessServer  # the server modules load only where used
 
     started: list[InProcessServer] = []
 
@@ -71,11 +71,12 @@ def realtime_servers() -> Iterator[Callable[..., InProcessServer]]:
 
 @pytest.fixture(scope="module")
 def provider() -> Iterator[ResponsesServer]:
-    """The scripted ``/v1/responses`` endpoint (:class:`~tests.responses_server.ResponsesServer`) for the module.
+    """The scripted ``/v1/responses`` endpoint (:class:`~speech_to_speech.testing.responses_server.ResponsesServer`)
+    for the module.
 
     Stopping it at the module's end also ends any scripted stall.
     """
-    from tests.responses_server import ResponsesServer
+    from speech_to_speech.testing.responses_server import ResponsesServer
 
     with ResponsesServer() as server:
         yield server

@@ -1,13 +1,11 @@
-"""Helpers shared by several test modules (the fixtures are in ``conftest.py``)."""
+"""Helpers for the test modules only (the fixtures are in ``conftest.py``; what benchmarks share with the
+tests is in :mod:`speech_to_speech.testing`, re-exported here under the names tests use)."""
 
 from __future__ import annotations
 
 import importlib.util
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -16,10 +14,13 @@ from typing import Any, TypeVar
 import pytest
 import soundfile as sf
 
-from speech_to_speech.core.cancel import Gate
-from speech_to_speech.core.events import Event, EventBus
 from speech_to_speech.core.messages import EndOfResponse
-from tests.speech_utils import librivox_clips
+from speech_to_speech.testing.runs import BusLog as BusLog
+from speech_to_speech.testing.runs import new_stage as new_stage
+from speech_to_speech.testing.runs import responses_api_flags as responses_api_flags
+from speech_to_speech.testing.runs import run_local as run_local
+from speech_to_speech.testing.runs import wait_until as wait_until
+from speech_to_speech.testing.speech_data import librivox_clips
 
 T = TypeVar("T")
 
@@ -39,41 +40,6 @@ def load_module(path: Path, name: str) -> ModuleType:
     return module
 
 
-def wait_until(condition: Callable[[], Any], timeout_s: float = 10.0, poll_s: float = 0.005) -> bool:
-    """Poll ``condition`` until it is true or ``timeout_s`` passes; return its last value."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll_s)
-    return bool(condition())
-
-
-def new_stage(cls: type[T], **kwargs: Any) -> T:
-    """A stage of class ``cls`` built as the pipeline builds one, with its own stop event, gate and bus.
-
-    ``kwargs`` go to the constructor (``config``, ``name``, ``device``...); the queues are None
-    unless given (``input_queue``, ``output_queue``): the stage is driven through ``process``.
-    """
-    kwargs.setdefault("input_queue", None)
-    kwargs.setdefault("output_queue", None)
-    return cls(stop_event=threading.Event(), gate=Gate(), bus=EventBus(), **kwargs)
-
-
-def run_local(args: Any, bus: EventBus) -> Any:
-    """Build local mode's pipeline from parsed ``args``, run it to the end of its input file and
-    stop it; return it (its stages hold what the run left, e.g. the LLM's history)."""
-    from speech_to_speech.pipeline.builder import build_pipeline
-
-    pipeline = build_pipeline(args, bus)
-    pipeline.start()
-    try:
-        pipeline.wait()
-    finally:
-        pipeline.stop()
-    return pipeline
-
-
 def run_pipeline(*flags: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run ``s2s_pipeline.py`` with ``flags`` from the repository root; the finished process."""
     return subprocess.run(
@@ -84,11 +50,6 @@ def run_pipeline(*flags: str, timeout: float = 600) -> subprocess.CompletedProce
         timeout=timeout,
         check=False,
     )
-
-
-def responses_api_flags(base_url: str, model: str = "test-model") -> tuple[str, ...]:
-    """The flags that make the LLM ``responses-api`` on ``base_url`` (e.g. a scripted :class:`ResponsesServer`)."""
-    return ("--llm_backend", "responses-api", "--responses_api_base_url", base_url, "--model_name", model)
 
 
 def check_prefix_reused(first: Any, second: Any, out: list[Any]) -> None:
@@ -108,36 +69,6 @@ def two_short_clips() -> tuple[tuple[Path, str], tuple[Path, str]]:
     """
     by_length = sorted(librivox_clips().items(), key=lambda kv: sf.info(str(kv[0])).duration)
     return by_length[0], by_length[1] if len(by_length) > 1 else by_length[0]
-
-
-class BusLog:
-    """Records every event published on an :class:`EventBus` and wakes waiters when one arrives."""
-
-    def __init__(self, bus: EventBus) -> None:
-        self.events: list[Event] = []
-        self._changed = threading.Condition()
-        bus.subscribe(self._on_event)
-
-    def _on_event(self, event: Event) -> None:
-        with self._changed:
-            self.events.append(event)
-            self._changed.notify_all()
-
-    def of(self, kind: type[Event], turn_id: int | None = None) -> list[Any]:
-        """Events of type ``kind`` (for ``turn_id`` when given), in publication order."""
-        with self._changed:
-            return [e for e in self.events if isinstance(e, kind) and (turn_id is None or e.turn_id == turn_id)]
-
-    def wait_for(self, condition: Callable[[], bool], timeout_s: float, stop: threading.Event | None = None) -> bool:
-        """Block until ``condition()`` holds (re-checked on each event), ``stop`` is set or the timeout passes."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while not condition():
-                left = deadline - time.monotonic()
-                if left <= 0 or (stop is not None and stop.is_set()):
-                    return condition()
-                self._changed.wait(min(left, 0.05))
-            return True
 
 
 @cache

@@ -28,10 +28,10 @@ from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.pipeline.cli import DEFAULT_BACKENDS
 from speech_to_speech.speech.audio_io import load_audio
 from speech_to_speech.speech.text import remove_unspeakable
+from speech_to_speech.testing.speech_data import normalize, word_error_rate
+from speech_to_speech.testing.turns import TurnRun
 from speech_to_speech.turns.vad import SAMPLE_RATE
 from tests.helpers import BusLog, two_short_clips
-from tests.speech_utils import normalize, word_error_rate
-from tests.turn_harness import TurnRun
 
 pytestmark = pytest.mark.models
 

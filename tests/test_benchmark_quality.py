@@ -1,4 +1,4 @@
-"""The scoring of scripts/benchmark_quality.py (scripts/quality_scoring.py): pure functions, no models."""
+"""The scoring of scripts/benchmark_quality.py (speech_to_speech/testing/scoring.py): pure functions, no models."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import REPO_ROOT, load_module
+from speech_to_speech.testing import scoring
 
-scoring = load_module(REPO_ROOT / "scripts" / "quality_scoring.py", "quality_scoring_under_test")
 Turn = scoring.Turn
 
 

@@ -10,7 +10,7 @@ folder printed at the end of the test (``$S2S_TEST_ARTIFACTS``, else pytest's te
 A second browser checks the messages for a missing API key, a server error and a lost connection,
 and a third one the message for a denied microphone.
 
-The browser is Debian's ``chromium``, driven over the DevTools protocol (:mod:`tests.cdp`). Without
+The browser is Debian's ``chromium``, driven over the DevTools protocol (:mod:`speech_to_speech.testing.cdp`). Without
 it the tests are skipped, except in CI (``CI`` set), where they fail.
 """
 
@@ -29,11 +29,11 @@ import soundfile as sf
 
 from speech_to_speech.realtime.media import MEDIA_RATE
 from speech_to_speech.speech.audio_io import load_audio
-from tests.cdp import Chromium, find_chromium
+from speech_to_speech.testing.cdp import Chromium, find_chromium
+from speech_to_speech.testing.realtime import InProcessServer
+from speech_to_speech.testing.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
+from speech_to_speech.testing.speech_data import normalize, word_error_rate
 from tests.helpers import responses_api_flags, two_short_clips
-from tests.realtime_harness import InProcessServer
-from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
-from tests.speech_utils import normalize, word_error_rate
 
 pytestmark = pytest.mark.models
 

@@ -23,10 +23,10 @@ import pytest
 
 from speech_to_speech.realtime.media import MEDIA_RATE
 from speech_to_speech.speech.audio_io import load_audio
-from tests.cdp import Chromium
+from speech_to_speech.testing.cdp import Chromium
+from speech_to_speech.testing.realtime import InProcessServer
+from speech_to_speech.testing.responses_server import Reply, ResponsesServer, Text
 from tests.helpers import responses_api_flags
-from tests.realtime_harness import InProcessServer
-from tests.responses_server import Reply, ResponsesServer, Text
 from tests.test_browser import (
     API_KEY,
     CLIP_A,

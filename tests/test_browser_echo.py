@@ -4,7 +4,7 @@ The room of ``scripts/benchmark_echo.py``: a private PulseAudio where headless C
 muted) plays the assistant on the default sink, and its microphone hears a LibriVox sentence
 played into it and that sink's output 40 ms late at -9 dB (speakers on). The realtime server runs
 here with the embedded VAD, STT and TTS; the LLM is the scripted story of
-``tests/responses_server.py``.
+``speech_to_speech/testing/responses_server.py``.
 
 - With the browser's echo canceller (as the page asks for it), a sentence spoken 2 s into the
   story stops it, and a story left alone plays to its end without the assistant hearing itself.
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from speech_to_speech.testing.speech_data import librivox_clips
 from tests.helpers import REPO_ROOT, load_module
-from tests.speech_utils import librivox_clips
 
 pytestmark = pytest.mark.models
 

@@ -1,5 +1,5 @@
 """The browser page's "Attach image", in a real headless Chromium (Debian's ``chromium`` over the
-DevTools protocol, :mod:`tests.cdp`), against realtime servers with model-free backends.
+DevTools protocol, :mod:`speech_to_speech.testing.cdp`), against realtime servers with model-free backends.
 
 A large photo (3000 x 2000 pixels of noise, which JPEG compresses badly) is chosen in the page's
 file input (``DOM.setFileInputFiles``, as a person picking a file). The page must shrink it to a
@@ -24,8 +24,8 @@ import pytest
 from PIL import Image
 
 from speech_to_speech.llm.images import check_image
-from tests.cdp import Chromium
-from tests.realtime_harness import InProcessServer
+from speech_to_speech.testing.cdp import Chromium
+from speech_to_speech.testing.realtime import InProcessServer
 from tests.test_browser import chromium_or_skip, fake_microphone, microphone_file, silence
 from tests.test_image_session import FAKES
 

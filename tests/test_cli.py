@@ -309,14 +309,15 @@ def run_entry_point(*argv: str) -> subprocess.CompletedProcess[str]:
     return run_pipeline(*argv, timeout=60)
 
 
-#: the entry point with the ``echo`` (no model to load: :class:`tests.fakes.HelloLLM`) and ``needs-extra``
-#: (:class:`tests.fakes.NeedsExtraLLM`) LLM backends registered
+#: the entry point with the ``echo`` (no model to load: :class:`speech_to_speech.testing.fakes.HelloLLM`)
+#: and ``needs-extra`` (:class:`speech_to_speech.testing.fakes.NeedsExtraLLM`) LLM backends registered
 ECHO_ENTRY = (
     "import sys\n"
     "from speech_to_speech.llm.stage import LLMConfig\n"
     "from speech_to_speech.pipeline.registry import Backend, register\n"
-    "register(Backend('echo', 'llm', LLMConfig, 'tests.fakes:HelloLLM', summary='test echo'))\n"
-    "register(Backend('needs-extra', 'llm', LLMConfig, 'tests.fakes:NeedsExtraLLM', extra='some-extra'))\n"
+    "FAKES = 'speech_to_speech.testing.fakes'\n"
+    "register(Backend('echo', 'llm', LLMConfig, FAKES + ':HelloLLM', summary='test echo'))\n"
+    "register(Backend('needs-extra', 'llm', LLMConfig, FAKES + ':NeedsExtraLLM', extra='some-extra'))\n"
     "from speech_to_speech.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )

@@ -28,8 +28,8 @@ from handlers.llm.partial_prefill import PartialPrefill
 from speech_to_speech.core.events import AssistantText, Event, EventBus, UserTranscript, UserTranscriptDelta
 from speech_to_speech.llm.serialize import template_messages, to_chat_messages
 from speech_to_speech.pipeline.cli import parse_args
+from speech_to_speech.testing.speech_data import librivox_clips
 from tests.helpers import run_local
-from tests.speech_utils import librivox_clips
 
 pytestmark = pytest.mark.models
 

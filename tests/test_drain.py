@@ -25,10 +25,10 @@ import pytest
 
 from speech_to_speech.client.realtime import ConnectError
 from speech_to_speech.realtime.server import CLOSE_GOING_AWAY, SHUTTING_DOWN
+from speech_to_speech.testing.realtime import RawClient
+from speech_to_speech.testing.responses_server import STORY_REPLY, ResponsesServer
 from tests.helpers import responses_api_flags
 from tests.otlp_receiver import OTLPReceiver
-from tests.realtime_harness import RawClient
-from tests.responses_server import STORY_REPLY, ResponsesServer
 
 pytestmark = pytest.mark.models
 

@@ -29,11 +29,11 @@ from speech_to_speech.pipeline.builder import SESSION, Ends, build
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.speech.playback import REFERENCE_BLOCK_S, PlaybackReference
+from speech_to_speech.testing.fakes import FakeVAD, RecordingSink
 from speech_to_speech.turns.backchannel import is_echo
 from speech_to_speech.turns.echo import LEARN_MIN_CHUNKS, MAX_DELAY_S, EchoGate
 from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.turns.vad import BaseVADHandler
-from tests.fakes import FakeVAD, RecordingSink
 from tests.helpers import responses_api_flags, wait_until
 from tests.test_playback import audio, rig_factory  # noqa: F401 (rig_factory: a fixture)
 from tests.test_vad_endpointer import CONFIG

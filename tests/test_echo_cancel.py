@@ -14,7 +14,7 @@ from speech_to_speech.core.audio import rms
 from speech_to_speech.pipeline.builder import Ends, PipelineError, _canceller
 from speech_to_speech.speech.echo_cancel import EchoCanceller
 from speech_to_speech.speech.playback import PlaybackReference
-from tests.speech_utils import word_error_rate
+from speech_to_speech.testing.speech_data import word_error_rate
 
 RATE = 16_000
 #: the VAD's block and the speaker's, samples (16 kHz in, 24 kHz out)
@@ -79,7 +79,7 @@ def play_through_room(
 
 @pytest.mark.models
 def test_the_voice_is_removed_and_the_user_talking_over_it_is_kept() -> None:
-    from tests.turn_harness import librivox_speech, synthesize
+    from speech_to_speech.testing.turns import librivox_speech, synthesize
 
     voice16 = synthesize(STORY)
     voice24 = soxr.resample(voice16, RATE, OUT_RATE).astype(np.float32)
@@ -189,9 +189,9 @@ def test_a_session_sets_noise_reduction_and_the_vad_cleans_its_input_so() -> Non
     from speech_to_speech.pipeline.cli import parse_args
     from speech_to_speech.realtime.config import SessionConfig, apply_update
     from speech_to_speech.realtime.controls import InputCleaning, update_controls
+    from speech_to_speech.testing.fakes import FakeVAD
     from speech_to_speech.turns.echo import EchoGate
     from speech_to_speech.turns.vad import VADConfig
-    from tests.fakes import FakeVAD
     from tests.helpers import new_stage
 
     args = parse_args(["--mode", "server"])

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from speech_to_speech.testing.speech_data import librivox_clips, normalize, word_error_rate
 from tests.helpers import run_pipeline
-from tests.speech_utils import librivox_clips, normalize, word_error_rate
 
 pytestmark = pytest.mark.models
 

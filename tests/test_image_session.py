@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from tests.fakes import SeeingEcho
-from tests.realtime_harness import InProcessServer, RawClient
+from speech_to_speech.testing.fakes import SeeingEcho
+from speech_to_speech.testing.realtime import InProcessServer, RawClient
 
 WAIT_S = 60.0
 TEXT_ONLY = {"session": {"type": "realtime", "output_modalities": ["text"]}}
 
 
-#: model-free STT and TTS (registered by tests.fakes)
+#: model-free STT and TTS (registered by speech_to_speech.testing.fakes)
 FAKES = ("--stt", "fake-stt", "--tts", "fake-tts")
 
 

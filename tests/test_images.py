@@ -23,9 +23,9 @@ from speech_to_speech.realtime import image_items
 from speech_to_speech.realtime.conversation import to_history
 from speech_to_speech.realtime.image_items import ImageChecks, image_indices, image_urls, without_images
 from speech_to_speech.realtime.protocol import ProtocolError
-from tests.fakes import SeeingEcho
+from speech_to_speech.testing.fakes import SeeingEcho
+from speech_to_speech.testing.responses_server import Reply, ResponsesServer, Text
 from tests.helpers import new_stage
-from tests.responses_server import Reply, ResponsesServer, Text
 
 
 def data_url(fmt: str = "PNG", size: tuple[int, int] = (8, 6), mime: str | None = None) -> str:

@@ -47,6 +47,7 @@ from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.pipeline.builder import Pipeline
 from speech_to_speech.speech.audio_io import FileSink, StreamClock
+from speech_to_speech.testing.fakes import FakeVAD, RecordingSink, Script, VADRig, make_llm, vad_chunks
 from speech_to_speech.turns.endpointer import BY_END_OF_INPUT, BY_MAX_SPEECH, BY_MODEL, BY_SILENCE, DEFAULT_PAUSE_MS
 from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.turns.turn_detection import (
@@ -56,7 +57,6 @@ from speech_to_speech.turns.turn_detection import (
     smart_turn_installed,
 )
 from speech_to_speech.turns.vad import Endpoint, Endpointer, Speculation
-from tests.fakes import FakeVAD, RecordingSink, Script, VADRig, make_llm, vad_chunks
 from tests.helpers import wait_until
 from tests.test_llm_base import ask, history
 from tests.test_playback import RATE, audio

@@ -29,11 +29,11 @@ from speech_to_speech.llm.prompts import reply_language
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.pipeline.console import ConsoleReporter, MetricsCollector
 from speech_to_speech.speech.tts import TTSConfig, parse_voices
+from speech_to_speech.testing import fakes
+from speech_to_speech.testing.fakes import FakeTTS, Script
+from speech_to_speech.testing.speech_data import word_error_rate
 from speech_to_speech.turns.stt import STTConfig
-from tests import fakes
-from tests.fakes import FakeTTS, Script
 from tests.helpers import REPO_ROOT, new_stage, run_local
-from tests.speech_utils import word_error_rate
 
 #: the questions, by language, as espeak-ng speaks them (chosen among 12 that Whisper base
 #: names the language of: it hears espeak-ng's French poorly, see docs/languages.md)
@@ -498,7 +498,7 @@ def test_session_update_sets_the_language_the_server_hears(realtime_servers: Any
     import asyncio
 
     from speech_to_speech.core.audio import float_to_int16
-    from tests.realtime_harness import WIRE_RATE, RawClient, append_event, blocks, silence
+    from speech_to_speech.testing.realtime import WIRE_RATE, RawClient, append_event, blocks, silence
 
     try:
         from handlers.stt.embedded_whisper import resolve_stt_model

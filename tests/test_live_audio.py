@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.helpers import load_module, wait_until
-from tests.speech_utils import librivox_clips, word_error_rate
+from speech_to_speech.testing import room as live
+from speech_to_speech.testing.speech_data import librivox_clips, word_error_rate
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.models
-
-live = load_module(Path(__file__).resolve().parents[1] / "scripts" / "benchmark_live.py", "benchmark_live")
 
 #: a request for a reply long enough to interrupt (espeak-ng: the LibriVox clips are statements)
 LONG_REQUEST = "Tell me a long story about a dragon who lived in the mountains."

@@ -1,7 +1,8 @@
 """The shared LLM stage: streaming to sentences, the response life cycle and history.
 
-The fake backend is :class:`tests.fakes.FakeLLM`, a :class:`LocalLLMHandler` (a :class:`BaseLLMHandler`
-whose backend only streams text), driven through :meth:`BaseLLMHandler.process` without a thread.
+The fake backend is :class:`speech_to_speech.testing.fakes.FakeLLM`, a :class:`LocalLLMHandler` (a
+:class:`BaseLLMHandler` whose backend only streams text), driven through :meth:`BaseLLMHandler.process`
+without a thread.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from speech_to_speech.llm.api import ProviderTimeout
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.stage import FAILURE_FALLBACK, TIMEOUT_APOLOGY, BaseLLMHandler
 from speech_to_speech.speech.text import is_speakable
-from tests import fakes
-from tests.fakes import FakeLLM, Script
+from speech_to_speech.testing import fakes
+from speech_to_speech.testing.fakes import FakeLLM, Script
 
 
 def make_llm(*scripts: Script, history_turns: int = 8, batch: int = 1) -> tuple[FakeLLM, list[Event]]:

@@ -2,7 +2,7 @@
 ``next_token_timeout_s``, a whole response within ``request_timeout_s``, the user hearing a short
 apology soon, and the session going on.
 
-The provider is the scriptable ``/v1/responses`` server of :mod:`tests.responses_server`, reached
+The provider is the scriptable ``/v1/responses`` server of :mod:`speech_to_speech.testing.responses_server`, reached
 through the real ``openai`` SDK; the engine lock of the in-process llama.cpp backend is exercised
 with a stand-in for the model.
 """
@@ -21,8 +21,8 @@ from handlers.llm.openai_compatible import ResponsesAPIHandler
 from speech_to_speech.core.messages import ToolCallRequest, Transcript, TTSInput
 from speech_to_speech.llm.api import TextDelta
 from speech_to_speech.llm.stage import TIMEOUT_APOLOGY
-from tests.fakes import make_provider_llm
-from tests.responses_server import Call, Reply, ResponsesServer, Text
+from speech_to_speech.testing.fakes import make_provider_llm
+from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
 from tests.test_openai_backends import ask, check_response, make_handler, spoken
 
 #: first-token limit used here, s; the provider stalls far longer

@@ -1,7 +1,7 @@
 """The OpenAI-compatible LLM backends against real servers on loopback.
 
 * ``responses-api`` talks, through the real ``openai`` SDK, to the scriptable
-  /v1/responses server of :mod:`tests.responses_server` (real SSE event shapes).
+  /v1/responses server of :mod:`speech_to_speech.testing.responses_server` (real SSE event shapes).
 * ``chat-completions`` talks to a real llama.cpp server (llama-cpp-python's
   ``llama_cpp.server``) serving the embedded Qwen2.5-Coder-0.5B GGUF; these tests, and the
   end-to-end run of ``s2s_pipeline.py`` against it, are marked ``models``.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -41,8 +40,9 @@ from speech_to_speech.core.messages import EndOfResponse, TextOutput, ToolCallRe
 from speech_to_speech.llm.api import OpenAICompatibleConfig
 from speech_to_speech.llm.stage import FAILURE_FALLBACK, TIMEOUT_APOLOGY
 from speech_to_speech.speech.text import is_speakable
+from speech_to_speech.testing.bench import free_port
+from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
 from tests.helpers import new_stage
-from tests.responses_server import Call, Reply, ResponsesServer, Text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,13 +101,6 @@ def spoken(out: list[Any]) -> list[str]:
 def history(handler: OpenAICompatibleHandler) -> list[tuple[str, str]]:
     """The history as ``(type, role or name)`` pairs."""
     return [(i["type"], i.get("role") or i.get("name", "")) for i in handler.chat.items()]
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- fixtures --------------------------------------------------------------------------

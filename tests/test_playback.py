@@ -26,7 +26,7 @@ from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.pipeline.builder import Pipeline
 from speech_to_speech.speech.audio_io import FileSink, StreamClock
 from speech_to_speech.speech.playback import PacedAudioSink, RealtimeQueue
-from tests.fakes import RecordingSink, Write
+from speech_to_speech.testing.fakes import RecordingSink, Write
 from tests.helpers import BusLog, wait_until
 
 RATE = 16_000

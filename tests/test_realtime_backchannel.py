@@ -1,9 +1,9 @@
 """Backchannels and real interruptions through the realtime server, on real speech.
 
 The server's VAD (Silero), STT (faster-whisper) and TTS (Piper) are the embedded models; the
-LLM is scripted (:class:`tests.turn_harness.ScriptedLLM`: a long, known reply to the question),
+LLM is scripted (:class:`speech_to_speech.testing.turns.ScriptedLLM`: a long, known reply to the question),
 so what the client receives and what history holds can be checked exactly. The client talks
-like a microphone (:class:`tests.realtime_harness.Microphone`: real-time audio, silence between
+like a microphone (:class:`speech_to_speech.testing.realtime.Microphone`: real-time audio, silence between
 utterances).
 
 A backchannel ("Yeah.", "Mm hmm.") during the reply pauses its audio and is never reported
@@ -25,10 +25,17 @@ from speech_to_speech.pipeline.registry import Backend, register
 from speech_to_speech.speech.audio_io import load_audio
 from speech_to_speech.speech.text import remove_unspeakable
 from speech_to_speech.speech.tts import TTSConfig
-from tests.fakes import FakeTTS
-from tests.realtime_harness import InProcessServer, OverReply, RawClient, audio_arrivals, longest_gap, talk_over_reply
-from tests.speech_utils import normalize
-from tests.turn_harness import LONG_REPLY, QUESTION, speech_only, synthesize
+from speech_to_speech.testing.fakes import FakeTTS
+from speech_to_speech.testing.realtime import (
+    InProcessServer,
+    OverReply,
+    RawClient,
+    audio_arrivals,
+    longest_gap,
+    talk_over_reply,
+)
+from speech_to_speech.testing.speech_data import normalize
+from speech_to_speech.testing.turns import LONG_REPLY, QUESTION, speech_only, synthesize
 
 pytestmark = pytest.mark.models
 

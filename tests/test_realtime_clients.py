@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.realtime_harness import WIRE_RATE, InProcessServer, load_clip, silence
+from speech_to_speech.testing.realtime import WIRE_RATE, InProcessServer, load_clip, silence
+from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
+from speech_to_speech.testing.speech_data import librivox_clips, word_error_rate
 from tests.realtime_proxy import ValidatingProxy
-from tests.responses_server import Call, Reply, ResponsesServer, Text
-from tests.speech_utils import librivox_clips, word_error_rate
 
 pytestmark = pytest.mark.models  # the server loads the embedded VAD, STT and TTS
 

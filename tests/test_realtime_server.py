@@ -33,8 +33,7 @@ from speech_to_speech.core.events import AssistantText, Event
 from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.realtime.server import CLOSE_TRY_AGAIN_LATER
 from speech_to_speech.speech.text import remove_unspeakable
-from tests.helpers import two_short_clips
-from tests.realtime_harness import (
+from speech_to_speech.testing.realtime import (
     WIRE_RATE,
     EventLog,
     InProcessServer,
@@ -48,7 +47,8 @@ from tests.realtime_harness import (
     silence,
     transcription_of,
 )
-from tests.speech_utils import normalize, word_error_rate
+from speech_to_speech.testing.speech_data import normalize, word_error_rate
+from tests.helpers import two_short_clips
 
 pytestmark = pytest.mark.models
 

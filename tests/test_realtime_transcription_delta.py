@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from openai.types.realtime import ConversationItemInputAudioTranscriptionDeltaEvent
 
-from tests.realtime_harness import InProcessServer, RawClient, append_event, blocks, load_clip, silence
-from tests.speech_utils import librivox_clips, normalize, word_error_rate
+from speech_to_speech.testing.realtime import InProcessServer, RawClient, append_event, blocks, load_clip, silence
+from speech_to_speech.testing.speech_data import librivox_clips, normalize, word_error_rate
 
 pytestmark = pytest.mark.models
 

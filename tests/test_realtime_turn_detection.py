@@ -17,10 +17,10 @@ import pytest
 import soxr
 
 from speech_to_speech.client.realtime import float_to_int16, session_update
+from speech_to_speech.testing.realtime import WIRE_RATE, InProcessServer, RawClient, append_event, blocks
+from speech_to_speech.testing.speech_data import word_error_rate
+from speech_to_speech.testing.turns import librivox_speech, mid_phrase_cuts, silence
 from speech_to_speech.turns.turn_detection import smart_turn_installed
-from tests.realtime_harness import WIRE_RATE, InProcessServer, RawClient, append_event, blocks
-from tests.speech_utils import word_error_rate
-from tests.turn_harness import librivox_speech, mid_phrase_cuts, silence
 
 pytestmark = [
     pytest.mark.models,

@@ -2,9 +2,9 @@
 arrives after an interruption, time-outs, and short runs of ``scripts/benchmark_reliability.py``'s
 fuzz and provider faults.
 
-The servers run in process (``tests/realtime_harness.py``) with the real embedded VAD, STT and
+The servers run in process (``speech_to_speech/testing/realtime.py``) with the real embedded VAD, STT and
 TTS models; the LLM is the embedded llama.cpp model where memory is measured, else the scriptable
-``/v1/responses`` endpoint of ``tests/responses_server.py`` (so that it can stall and fail).
+``/v1/responses`` endpoint of ``speech_to_speech/testing/responses_server.py`` (so that it can stall and fail).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pytest
 
 import speech_to_speech.realtime.session as session_module
 from speech_to_speech.llm.stage import TIMEOUT_APOLOGY
+from speech_to_speech.testing.realtime import InProcessServer, RawClient, session_threads
+from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
 from tests.helpers import REPO_ROOT, load_module, responses_api_flags
-from tests.realtime_harness import InProcessServer, RawClient, session_threads
-from tests.responses_server import Call, Reply, ResponsesServer, Text
 
 pytestmark = pytest.mark.models
 

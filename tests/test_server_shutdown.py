@@ -9,7 +9,7 @@ import time
 import pytest
 
 from speech_to_speech.realtime.server import SHUTDOWN_GRACE_S, handler_tasks
-from tests.realtime_harness import InProcessServer
+from speech_to_speech.testing.realtime import InProcessServer
 
 #: websockets' open timeout, s: how long a half-open connection held a stop before
 WEBSOCKETS_OPEN_TIMEOUT_S = 10.0

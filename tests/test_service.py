@@ -12,7 +12,6 @@ import asyncio
 import http.client
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -31,9 +30,10 @@ from websockets.exceptions import InvalidStatus
 
 from speech_to_speech.client.realtime import ConnectError
 from speech_to_speech.realtime.tracing import Tracing
+from speech_to_speech.testing.bench import free_port
+from speech_to_speech.testing.realtime import InProcessServer, RawClient, blocks, load_clip, silence
+from speech_to_speech.testing.responses_server import ResponsesServer
 from tests.helpers import responses_api_flags, two_short_clips
-from tests.realtime_harness import InProcessServer, RawClient, blocks, load_clip, silence
-from tests.responses_server import ResponsesServer
 
 pytestmark = pytest.mark.models
 
@@ -165,12 +165,6 @@ def test_calls_route_origins(server: InProcessServer) -> None:
 
 
 # -- a real Prometheus ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Speculative turns and partial transcripts on real speech, in process.
 
 Silero VAD, faster-whisper and Piper are the real embedded models; the LLM is a
-scripted echo (:class:`tests.fakes.EchoLLM`: instant and deterministic), so the tests
+scripted echo (:class:`speech_to_speech.testing.fakes.EchoLLM`: instant and deterministic), so the tests
 can check exactly what history holds and which audio reached the sink, and so a
 speculative reply is fully generated inside the short pause: the case in which only
 the hold keeps it from being heard and written to history.
@@ -28,11 +28,11 @@ from speech_to_speech.core.events import (
     UserTranscriptDelta,
 )
 from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.testing.fakes import EchoLLM, ScriptedSource
+from speech_to_speech.testing.speech_data import LIBRIVOX_DIR, librivox_clips, normalize, word_error_rate
+from speech_to_speech.testing.turns import TurnRun, speech_only
 from speech_to_speech.turns.speculation import HoldUntilConfirmed
 from speech_to_speech.turns.vad import SAMPLE_RATE
-from tests.fakes import EchoLLM, ScriptedSource
-from tests.speech_utils import LIBRIVOX_DIR, librivox_clips, normalize, word_error_rate
-from tests.turn_harness import TurnRun, speech_only
 
 pytestmark = pytest.mark.models
 

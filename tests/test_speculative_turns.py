@@ -32,12 +32,12 @@ from speech_to_speech.core.messages import (
     TTSInput,
 )
 from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.testing.fakes import FakeSTT, VADRig, vad_chunks
 from speech_to_speech.turns.endpointer import BY_TEXT
 from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
 from speech_to_speech.turns.stt import STTConfig, TranscriptDeltas, trim_repeats
 from speech_to_speech.turns.turn_detection import TurnVerdict
 from speech_to_speech.turns.vad import RESUMED, Endpoint, Endpointer, Speculation, TranscriptEndsTurn, VADConfig
-from tests.fakes import FakeSTT, VADRig, vad_chunks
 from tests.test_vad_endpointer import CONFIG, MS_PER_CHUNK, PAD, SILENCE, SPEECH, chunk_indices, run
 
 # 10 silent chunks end a turn (CONFIG); 4 send it on speculatively

@@ -69,7 +69,7 @@ def transcripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("speech")
     stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(), name="stt")
     stt.setup()
-    from tests.turn_harness import synthesize
+    from speech_to_speech.testing.turns import synthesize
 
     def audio(question: str) -> np.ndarray:
         return synthesize(question) if question in PIPER else spoken(question, folder)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from handlers.stt.faster_whisper_stt import cut_restart
-from tests.speech_utils import word_error_rate
+from speech_to_speech.testing.speech_data import word_error_rate
 
 
 @pytest.mark.parametrize(
@@ -49,9 +49,9 @@ def test_other_transcripts_are_left_alone(text: str) -> None:
 def test_the_question_whisper_read_twice_is_heard_in_one_short_pass() -> None:
     """The Piper question on which the final pass took 788 ms (issue 27): no 30 s window now."""
     from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+    from speech_to_speech.testing.turns import synthesize
     from speech_to_speech.turns.stt import STTConfig
     from tests.helpers import new_stage
-    from tests.turn_harness import synthesize
 
     stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(), name="stt")
     stt.setup()

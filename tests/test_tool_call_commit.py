@@ -1,7 +1,7 @@
 """A tool call the client was shown stays in history, whatever happens to the rest of its response.
 
 The LLM stage is driven through :meth:`BaseLLMHandler.process` with a backend that yields provider
-events from a script (:class:`tests.fakes.FakeProviderLLM`); the LM output stage's side channel
+events from a script (:class:`speech_to_speech.testing.fakes.FakeProviderLLM`); the LM output stage's side channel
 (:class:`ToolCallReady`, which the realtime session turns into
 ``response.function_call_arguments.done``) is published by hand where the client would be shown
 the call.
@@ -16,7 +16,7 @@ from speech_to_speech.core.messages import EndOfResponse, FunctionOutput, ToolCa
 from speech_to_speech.llm.api import TextDelta, ToolCall
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.serialize import to_responses_input
-from tests.fakes import FakeProviderLLM, make_provider_llm
+from speech_to_speech.testing.fakes import FakeProviderLLM, make_provider_llm
 
 WEATHER = ToolCall("call_weather_1", "get_weather", '{"city": "Paris"}')
 

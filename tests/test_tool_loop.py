@@ -2,13 +2,13 @@
 
 Three levels:
 
-1. the LLM stage alone (:class:`tests.fakes.FakeLLM` running as a real stage thread between
+1. the LLM stage alone (:class:`speech_to_speech.testing.fakes.FakeLLM` running as a real stage thread between
    real stage queues, with a :class:`PrefetchCoordinator`): the follow-up to the tool result is
    generated *hidden* as soon as every call is answered, and is either claimed by a plain
    ``response.create`` (its output then flows) or discarded without a trace; a failed hidden
    generation discards itself; no prefetch starts while the client's own request is on its way;
 2. the realtime server in process, driven by the official ``openai`` SDK, with the
-   ``responses-api`` backend pointed at the scripted :mod:`tests.responses_server`: the call is
+   ``responses-api`` backend pointed at the scripted :mod:`speech_to_speech.testing.responses_server`: the call is
    announced on the side channel, the client sends the output and a plain ``response.create``, and
    the follow-up is served from the prefetch; sent back to back, output and request still give
    exactly one follow-up (these load the embedded VAD, STT and TTS, hence ``models``);
@@ -47,10 +47,10 @@ from speech_to_speech.llm.prefetch import PrefetchCoordinator, PrefetchState, Re
 from speech_to_speech.llm.stage import FAILURE_FALLBACK
 from speech_to_speech.pipeline.registry import get_backend
 from speech_to_speech.realtime.session import RealtimeSession
-from tests.fakes import FakeLLM, Script, make_llm
+from speech_to_speech.testing.fakes import FakeLLM, Script, make_llm
+from speech_to_speech.testing.realtime import EventLog, InProcessServer
+from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
 from tests.helpers import new_stage
-from tests.realtime_harness import EventLog, InProcessServer
-from tests.responses_server import Call, Reply, ResponsesServer, Text
 
 if TYPE_CHECKING:
     from openai.resources.realtime.realtime import AsyncRealtimeConnection

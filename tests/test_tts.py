@@ -10,7 +10,7 @@ from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import EventBus
 from speech_to_speech.core.messages import AudioOutput, EndOfResponse, TTSInput
 from speech_to_speech.speech.tts import TTSConfig, trim_leading_silence
-from tests.fakes import FakeTTS
+from speech_to_speech.testing.fakes import FakeTTS
 
 
 def make_tts() -> tuple[FakeTTS, Gate]:

@@ -2,7 +2,7 @@
 backchannels that leave a reply playing, real interruptions that cut it.
 
 The VAD, the end-of-turn model, faster-whisper and Piper are the embedded models; the LLM
-is scripted (:class:`tests.turn_harness.ScriptedLLM`), so what history holds can be checked
+is scripted (:class:`speech_to_speech.testing.turns.ScriptedLLM`), so what history holds can be checked
 exactly. User utterances other than LibriVox are synthesised with the embedded Piper voice,
 its sampling noise off (the same audio every run).
 """
@@ -30,9 +30,8 @@ from speech_to_speech.core.events import (
 from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.speech.audio_io import load_audio
 from speech_to_speech.speech.text import remove_unspeakable
-from speech_to_speech.turns.turn_detection import smart_turn_installed
-from tests.speech_utils import normalize, word_error_rate
-from tests.turn_harness import (
+from speech_to_speech.testing.speech_data import normalize, word_error_rate
+from speech_to_speech.testing.turns import (
     LONG_REPLY,
     QUESTION,
     TurnRun,
@@ -43,6 +42,7 @@ from tests.turn_harness import (
     speech_only,
     synthesize,
 )
+from speech_to_speech.turns.turn_detection import smart_turn_installed
 
 pytestmark = [
     pytest.mark.models,

@@ -11,8 +11,8 @@ import pytest
 from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import Event, SpeechStarted, SpeechStopped, StageError
 from speech_to_speech.core.messages import END_OF_STREAM, AudioChunk, SpeechSegment
+from speech_to_speech.testing.fakes import FakeVAD, VADRig, vad_chunks
 from speech_to_speech.turns.vad import CHUNK_SAMPLES, SAMPLE_RATE, Endpoint, Endpointer, VADConfig
-from tests.fakes import FakeVAD, VADRig, vad_chunks
 
 MS_PER_CHUNK = 1000 * CHUNK_SAMPLES / SAMPLE_RATE  # 32 ms
 

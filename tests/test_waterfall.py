@@ -1,9 +1,8 @@
-"""The latency waterfall (scripts/waterfall.py): the first-chunk event it reads, the milestones it
+"""The latency waterfall (speech_to_speech/testing/waterfall.py): the first-chunk event it reads, the milestones it
 derives from a run's events, and the chart it draws."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,8 @@ from speech_to_speech.core.events import (
 )
 from speech_to_speech.core.messages import EndOfResponse, TextOutput, TTSInput
 from speech_to_speech.llm.output import LMOutputProcessor
-from tests.helpers import REPO_ROOT, new_stage
-
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-from waterfall import Turn, plot_waterfall, turns_from_events
+from speech_to_speech.testing.waterfall import Turn, plot_waterfall, turns_from_events
+from tests.helpers import new_stage
 
 
 def test_the_first_phrase_of_each_revision_is_published_once() -> None:

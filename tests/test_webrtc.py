@@ -4,7 +4,7 @@ The client places a call as the OpenAI Realtime WebRTC flow does (SDP offer POST
 ``/v1/realtime/calls``, answer back), speaks a LibriVox clip on its microphone track and reads the
 events on the ``oai-events`` data channel and the assistant's voice on the remote track. The models
 are the real embedded VAD, STT and TTS; the LLM is the scripted ``responses-api`` endpoint of
-:mod:`tests.responses_server`, so replies are known and quick. Also: the page and the HTTP routes on
+:mod:`speech_to_speech.testing.responses_server`, so replies are known and quick. Also: the page and the HTTP routes on
 the same port, ``--api_key`` and ``--max_sessions`` for calls, and the ``openai`` SDK's
 ``realtime.calls.create`` (multipart offer with a session config).
 """
@@ -41,11 +41,11 @@ from speech_to_speech.realtime.media import MEDIA_RATE
 from speech_to_speech.realtime.server import ssl_context
 from speech_to_speech.realtime.webrtc import EVENTS_CHANNEL
 from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.testing.realtime import InProcessServer, transcription_of
+from speech_to_speech.testing.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
+from speech_to_speech.testing.speech_data import normalize, word_error_rate
+from speech_to_speech.testing.turns import synthesize
 from tests.helpers import responses_api_flags, two_short_clips
-from tests.realtime_harness import InProcessServer, transcription_of
-from tests.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
-from tests.speech_utils import normalize, word_error_rate
-from tests.turn_harness import synthesize
 
 pytestmark = pytest.mark.models
 

@@ -1,7 +1,7 @@
 """A client of the realtime protocol: one WebSocket connection, its server events, audio on the wire.
 
 ``s2s-talk`` (the terminal client, :mod:`speech_to_speech.client.talk`), ``scripts/benchmark_server.py`` and the tests
-(``tests/realtime_harness.py``) all talk to a realtime server through this module; the server itself
+(``speech_to_speech/testing/realtime.py``) all talk to a realtime server through this module; the server itself
 never imports it.
 
 - :class:`RealtimeClient`: connects (with ``Authorization: Bearer KEY`` when given an API key), sends

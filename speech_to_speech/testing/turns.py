@@ -6,8 +6,8 @@
   otherwise) fed a recording chunk by chunk, faster than real time, with the endpoint
   delay measured on the stream's own timeline (plus the model's real compute time);
 * :class:`TurnRun`: the local pipeline on a scripted real-time input
-  (:class:`~tests.fakes.ScriptedSource`), recording its events and every chunk of audio
-  delivered to the sink; its LLM is :class:`~tests.fakes.ScriptedLLM` unless told (a long fixed
+  (:class:`~speech_to_speech.testing.fakes.ScriptedSource`), recording its events and every chunk of audio
+  delivered to the sink; its LLM is :class:`~speech_to_speech.testing.fakes.ScriptedLLM` unless told (a long fixed
   reply to a question, so there is a reply to talk over, and a short one quoting anything else).
 """
 
@@ -31,10 +31,11 @@ from speech_to_speech.llm.local import LocalLLMHandler
 from speech_to_speech.pipeline.builder import Pipeline, build_pipeline
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.speech.audio_io import load_audio
+from speech_to_speech.testing import REPO_ROOT
+from speech_to_speech.testing.fakes import LONG_REPLY, ScriptedLLM, ScriptedSource
+from speech_to_speech.testing.runs import BusLog
+from speech_to_speech.testing.speech_data import librivox_clips
 from speech_to_speech.turns.vad import CHUNK_SAMPLES, SAMPLE_RATE, VADConfig
-from tests.fakes import LONG_REPLY, ScriptedLLM, ScriptedSource
-from tests.helpers import BusLog
-from tests.speech_utils import librivox_clips
 
 __all__ = [
     "CONTINUES",
@@ -63,7 +64,7 @@ LONGER_REPLY = (
     "Many visitors come every year to see the tower, the cathedral and the gardens along the river."
 )
 #: the question the runs ask (3.3 s, "Hi there! What is the capital of France?")
-QUESTION = Path(__file__).parent / "data" / "question-capital.wav"
+QUESTION = REPO_ROOT / "tests" / "data" / "question-capital.wav"
 #: 20 ms frames above this share of the loudest frame count as speech
 SPEECH_LEVEL = 0.05
 #: words after which a phrase cannot end (a cut there leaves the turn obviously unfinished)

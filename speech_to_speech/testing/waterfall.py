@@ -103,7 +103,7 @@ def run_clip(clip: Path, extra: list[str], out: Path) -> list[Turn]:
     """Run local mode on ``clip`` (reply written to ``out``) and return its turns' waterfalls."""
     from speech_to_speech.core.events import EventBus
     from speech_to_speech.pipeline.cli import parse_args
-    from tests.helpers import run_local
+    from speech_to_speech.testing.runs import run_local
 
     args = parse_args(["--input_audio", str(clip), "--output_audio", str(out), *extra])
     bus = EventBus()
@@ -115,7 +115,7 @@ def run_clip(clip: Path, extra: list[str], out: Path) -> list[Turn]:
 
 def print_waterfall(turns: list[Turn]) -> None:
     """One row per turn: each milestone in ms after the end of speech, and the first phrase."""
-    from bench_common import cell, percentile, print_table
+    from speech_to_speech.testing.bench import cell, percentile, print_table
 
     names = ("endpoint", "stt_ms", "llm_start", "first_token", "first_chunk", "first_audio")
     headers = ["clip", "turn", "ended by", "endpoint", "STT pass", "LLM start", "1st token", "1st chunk", "1st audio"]

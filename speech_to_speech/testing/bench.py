@@ -2,7 +2,7 @@
 
 - :func:`find_clips` / :func:`read_transcripts`: the LibriVox clips of the Debian package
   ``pocketsphinx-testdata`` (located with ``dpkg -L``) and their reference transcripts
-  (word error rate: :func:`tests.speech_utils.word_error_rate`, the tests' own).
+  (word error rate: :func:`speech_to_speech.testing.speech_data.word_error_rate`, the tests' own).
 - :class:`Child`: a subprocess whose stdout is watched line by line, whose CPU use can be
   sampled (psutil, else ``/proc``) and whose peak RSS is read when it is reaped
   (``os.wait4``: the child's own ``ru_maxrss``, not the maximum over every child).
@@ -27,10 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: the repository root (this file lives in ``scripts/``)
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from speech_to_speech.testing import REPO_ROOT
 
 #: the Debian package that ships the LibriVox clips
 CLIPS_PACKAGE = "pocketsphinx-testdata"
@@ -288,6 +285,40 @@ class Child:
             return "timed out"
         last = [line for line in self.stderr if line.strip()]
         return f"exit {self.proc.returncode}: {last[-1] if last else 'no output'}"
+
+
+# -- the end of the user's speech and the first reply audio, read from audio files ------------
+#: voice-to-voice is the end of speech in the input to the first sound of the reply in the output
+
+
+def speech_end_s(samples: Any, rate: int, frame_ms: int = 20) -> float | None:
+    """End of the last frame of speech: RMS above ``max(peak - 30 dB, 2.5 x noise floor)``."""
+    import numpy as np
+
+    frame = rate * frame_ms // 1000
+    count = len(samples) // frame
+    if count == 0:
+        return None
+    rms = np.sqrt((np.asarray(samples[: count * frame], dtype=np.float64).reshape(count, frame) ** 2).mean(axis=1))
+    threshold = max(rms.max() * 10 ** (-30 / 20), 2.5 * np.percentile(rms, 10))
+    loud = np.flatnonzero(rms > threshold)
+    return (loud[-1] + 1) * frame / rate if len(loud) else None
+
+
+def first_sound_s(samples: Any, rate: int, threshold: float = 1e-3) -> float | None:
+    """Time of the first sample with ``|x| > threshold``, None if all is silence."""
+    import numpy as np
+
+    loud = np.flatnonzero(np.abs(samples) > threshold)
+    return loud[0] / rate if len(loud) else None
+
+
+def read_mono(path: Path) -> tuple[Any, int]:
+    """The audio file at ``path`` as float32 mono (channels averaged) and its rate in Hz."""
+    import soundfile as sf
+
+    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    return data.mean(axis=1), rate
 
 
 # -- stages without a pipeline ----------------------------------------------------------------

@@ -472,9 +472,9 @@ class SeeingEcho(ReplyLLM):
         yield f"I see {count} image{'s' * (count != 1)}."
 
 
-register(Backend("turn-script", "llm", LLMConfig, "tests.fakes:ScriptedLLM", summary="test"))
-register(Backend("speculative-echo", "llm", LLMConfig, "tests.fakes:EchoLLM", summary="test"))
-register(Backend("seeing-echo", "llm", LLMConfig, "tests.fakes:SeeingEcho", summary="test"))
+register(Backend("turn-script", "llm", LLMConfig, "speech_to_speech.testing.fakes:ScriptedLLM", summary="test"))
+register(Backend("speculative-echo", "llm", LLMConfig, "speech_to_speech.testing.fakes:EchoLLM", summary="test"))
+register(Backend("seeing-echo", "llm", LLMConfig, "speech_to_speech.testing.fakes:SeeingEcho", summary="test"))
 
 
 # -- TTS -------------------------------------------------------------------------------------------
@@ -543,5 +543,5 @@ class RecordingSink(PacedAudioSink):
             self.on_write(record)
 
 
-register(Backend("fake-stt", "stt", STTConfig, "tests.fakes:FakeSTT", summary="test"))
-register(Backend("fake-tts", "tts", TTSConfig, "tests.fakes:FakeTTS", summary="test"))
+register(Backend("fake-stt", "stt", STTConfig, "speech_to_speech.testing.fakes:FakeSTT", summary="test"))
+register(Backend("fake-tts", "tts", TTSConfig, "speech_to_speech.testing.fakes:FakeTTS", summary="test"))

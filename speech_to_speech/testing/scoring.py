@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speech_to_speech.testing import REPO_ROOT
+
 #: the dialogues of the benchmark
-DIALOGUES_FILE = Path(__file__).resolve().parent / "data" / "quality_dialogues.json"
+DIALOGUES_FILE = REPO_ROOT / "scripts" / "data" / "quality_dialogues.json"
 #: the per-language dialogues (``benchmark_quality.py --languages``): fact questions in French,
 #: German, Spanish and, as the control, English, each said by espeak-ng in its language
 LANGUAGE_DIALOGUES_FILE = DIALOGUES_FILE.with_name("language_dialogues.json")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
+from speech_to_speech.testing import REPO_ROOT
+
+DATA = REPO_ROOT / "tests" / "data"
 LIBRIVOX_DIR = Path("/usr/share/pocketsphinx/test/data/librivox")  # Debian: pocketsphinx-testdata
 
 

@@ -192,6 +192,7 @@ def prepare_speech(dialogues: list[Dialogue], cache: Path, notes: list[str]) -> 
         FileNotFoundError: espeak-ng is missing and a dialogue needs it.
     """
     from speech_to_speech.client.realtime import WIRE_RATE, load_wire_audio
+    from speech_to_speech.core.audio import int16_to_float
     from speech_to_speech.testing.bench import speech_end_s
 
     clips = {clip.stem: clip for clip in find_clips()}
@@ -207,7 +208,7 @@ def prepare_speech(dialogues: list[Dialogue], cache: Path, notes: list[str]) -> 
                 notes.append(f"LibriVox clip {turn.clip} not found: its transcript is synthesised ({voice})")
             path, source = synth.path(voice, said, language), voice
         samples = load_wire_audio(path)
-        end = speech_end_s(samples.astype("float32") / 32768, WIRE_RATE) or len(samples) / WIRE_RATE
+        end = speech_end_s(int16_to_float(samples), WIRE_RATE) or len(samples) / WIRE_RATE
         return Speech(samples, end, said, source)
 
     return [[one(turn, d.voice, d.language) for turn in d.turns] for d in dialogues]

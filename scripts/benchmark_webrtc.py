@@ -67,6 +67,7 @@ from speech_to_speech.client.realtime import (
     decode_pcm16,
 )
 from speech_to_speech.client.webrtc import WebRTCClient
+from speech_to_speech.core.audio import float_to_int16, int16_to_float
 from speech_to_speech.realtime.media import MEDIA_RATE
 from speech_to_speech.speech.audio_io import load_audio
 from speech_to_speech.testing.bench import (
@@ -116,7 +117,7 @@ def load_clip(path: Path) -> Clip:
     rms = np.sqrt(np.mean(frames**2, axis=1))
     loud = np.flatnonzero(rms > SPEECH_FRACTION * rms.max()) if len(rms) else np.array([])
     speech_end = (int(loud[-1]) + 1) * window if len(loud) else len(media)
-    wire = np.round(np.clip(load_audio(path, WIRE_RATE), -1, 1) * 32767).astype(np.int16)
+    wire = float_to_int16(load_audio(path, WIRE_RATE))
     return Clip(path.stem, wire, media, (len(media) - speech_end) / MEDIA_RATE)
 
 
@@ -159,7 +160,7 @@ async def websocket_turn(url: str, api_key: str, clip: Clip, timeout_s: float) -
     def on_event(event: dict[str, Any], now: float) -> None:
         if first_audio or event.get("type") != "response.output_audio.delta":
             return
-        samples = decode_pcm16(str(event.get("delta", ""))) / 32768.0
+        samples = int16_to_float(decode_pcm16(str(event.get("delta", ""))))
         if not first_delta:
             first_delta.append(now)
         index = first_audible(samples)

@@ -22,6 +22,7 @@ import pytest
 import soundfile as sf
 import soxr
 
+from speech_to_speech.core.audio import float_to_pcm16
 from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import EventBus, FirstAudio, ResponseDone, TurnMetrics
 from speech_to_speech.core.messages import AudioOutput, ResponseRequest, Transcript, TTSInput
@@ -176,7 +177,7 @@ def test_metrics_carry_the_voice() -> None:
 
 def wav_as_piped(samples: np.ndarray, rate: int) -> bytes:
     """A 16-bit mono WAV as espeak-ng writes it to a pipe: the data size is a placeholder."""
-    pcm = (samples * 32767).astype("<i2").tobytes()
+    pcm = float_to_pcm16(samples)
     fmt = struct.pack("<4sIHHIIHH", b"fmt ", 16, 1, 1, rate, rate * 2, 2, 16)
     return b"RIFF" + struct.pack("<I", 0x7FFFF024) + b"WAVE" + fmt + b"data" + struct.pack("<I", 0x7FFFF000) + pcm
 

@@ -11,7 +11,8 @@ import pytest
 
 from speech_to_speech.core import audio
 
-PACKAGE = Path(__file__).resolve().parents[1] / "speech_to_speech"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "speech_to_speech"
 #: each wing's level; a module may import its own wing and wings of a strictly lower level
 LEVELS = {"core": 0, "speech": 1, "turns": 2, "llm": 2, "pipeline": 3, "realtime": 4, "client": 5, "testing": 6}
 #: modules allowed at the top of the package: the entry point sits above every wing
@@ -91,11 +92,44 @@ def test_one_pcm16_codec_rounds_and_round_trips() -> None:
         audio.pcm16_to_float(b"\x00\x01\x02")
 
 
+def edge_modules() -> list[Path]:
+    """Every module that may touch audio at an edge: the package, the backends and the benchmarks."""
+    return sorted([*modules(), *(ROOT / "handlers").rglob("*.py"), *(ROOT / "scripts").glob("*.py")])
+
+
 def test_no_other_module_scales_pcm16_itself() -> None:
     """32767/32768 appear only in core/audio.py: every edge converts through the one codec."""
     offenders = [
-        str(p.relative_to(PACKAGE))
-        for p in modules()
+        str(p.relative_to(ROOT))
+        for p in edge_modules()
         if p != PACKAGE / "core" / "audio.py" and ("32767" in p.read_text() or "32768" in p.read_text())
     ]
     assert offenders == []
+
+
+def test_one_streaming_resampler() -> None:
+    """soxr's streaming resampler is built only by core/audio.py's StreamResampler."""
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in edge_modules()
+        if p != PACKAGE / "core" / "audio.py" and "ResampleStream" in p.read_text()
+    ]
+    assert offenders == []
+
+
+def test_stream_resampler_is_continuous_across_chunks() -> None:
+    """Chunk by chunk (and flushed) gives what one pass over the whole stream gives."""
+    rate_in, rate_out = 24_000, 16_000
+    tone = np.sin(2 * np.pi * 440 * np.arange(rate_in) / rate_in).astype(np.float32)
+    stream = audio.StreamResampler(rate_in, rate_out)
+    pieces = [stream.process(tone[i : i + 999]) for i in range(0, len(tone), 999)] + [stream.flush()]
+    chunked = np.concatenate(pieces)
+    whole = audio.StreamResampler(rate_in, rate_out).process(tone, last=True)
+    assert abs(len(chunked) - rate_out) <= 1 and len(chunked) == len(whole)
+    assert np.max(np.abs(chunked - whole)) < 1e-4
+    same = audio.StreamResampler(16_000, 16_000, dtype="int16")
+    assert same.process(np.array([1, 2, 3], dtype=np.int16)).tolist() == [1, 2, 3]
+    converter = audio.RateConverter(16_000)
+    from_24k = converter.process(tone, 24_000)  # one second at 24 kHz ...
+    from_48k = converter.process(np.repeat(tone, 2), 48_000)  # ... and one at 48 kHz, its own stream
+    assert 15_500 <= len(from_24k) <= 16_000 and 15_500 <= len(from_48k) <= 16_000

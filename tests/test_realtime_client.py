@@ -64,7 +64,10 @@ def test_pcm16_round_trip_and_size() -> None:
     np.testing.assert_array_equal(decode_pcm16(payload), samples)
     assert pcm16_bytes(payload) == 2 * len(samples)
     assert pcm16_bytes(encode_pcm16(samples[:5])) == 10
-    assert len(decode_pcm16(base64.b64encode(bytes(9)).decode())) == 4  # an odd trailing byte is dropped
+    with pytest.raises(ValueError, match="even number of bytes"):
+        decode_pcm16(base64.b64encode(bytes(9)).decode())  # half a sample: an error, not a silent drop
+    with pytest.raises(ValueError):
+        decode_pcm16("not base64!")
     assert len(silence(0.5)) == WIRE_RATE // 2
 
 

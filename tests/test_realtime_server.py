@@ -29,6 +29,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.protocol import State
 
+from speech_to_speech.core.audio import int16_to_float
 from speech_to_speech.core.events import AssistantText, Event
 from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.realtime.server import CLOSE_TRY_AGAIN_LATER
@@ -189,7 +190,7 @@ def test_openai_sdk_drives_a_spoken_turn(server: InProcessServer) -> None:
 
     deltas = [e for e in events if e.type == "response.output_audio.delta"]
     assert deltas and {e.response_id for e in deltas} == {done.response.id}
-    audio = np.concatenate([decode_pcm16(e.delta) for e in deltas]) / 32768.0
+    audio = int16_to_float(np.concatenate([decode_pcm16(e.delta) for e in deltas]))
     assert len(audio) > 0.3 * WIRE_RATE, "less than 0.3 s of reply audio"
     assert np.sqrt(np.mean(audio**2)) > 0.005 and np.abs(audio).max() > 0.05, "the reply audio is silent"
     transcript_done = [e for e in events if e.type == "response.output_audio_transcript.done"]

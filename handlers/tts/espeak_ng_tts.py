@@ -13,13 +13,14 @@ uses the espeak-ng voice of that language code when espeak-ng has one, else Engl
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
-import struct
 import subprocess
 from collections.abc import Iterator
 
 import numpy as np
+import soundfile as sf
 
 from speech_to_speech.speech.tts import BaseTTSHandler, base_language, parse_voices
 
@@ -36,32 +37,21 @@ class EspeakNGError(RuntimeError):
 
 
 def decode_wav(data: bytes) -> tuple[np.ndarray, int]:
-    """Float32 mono samples in [-1, 1] and their rate (Hz) of a 16-bit PCM WAV written to a pipe.
+    """Float32 mono samples in [-1, 1] and their rate (Hz) of the WAV espeak-ng wrote to a pipe.
 
-    espeak-ng cannot seek back on stdout, so its ``data`` chunk declares a size of about
-    2 GiB; the samples are whatever follows the chunk header.
+    espeak-ng cannot seek back on stdout, so its ``data`` chunk declares a size of about 2 GiB;
+    libsndfile (through ``soundfile``) reads what is there.
 
     Raises:
-        EspeakNGError: not a 16-bit mono PCM WAV.
+        EspeakNGError: not a WAV soundfile reads, or not mono.
     """
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise EspeakNGError(f"espeak-ng wrote no WAV ({len(data)} bytes)")
-    pos, rate = 12, 0
-    while pos + 8 <= len(data):
-        kind, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
-        if kind == b"fmt ":
-            audio_format, channels, rate = struct.unpack_from("<HHI", data, pos + 8)
-            bits = struct.unpack_from("<H", data, pos + 22)[0]
-            if (audio_format, channels, bits) != (1, 1, 16):
-                raise EspeakNGError(f"unexpected WAV format {audio_format}, {channels} channels, {bits} bits")
-        elif kind == b"data":
-            if not rate:
-                raise EspeakNGError("WAV data before its format")
-            body = data[pos + 8 :]
-            body = body[: len(body) - len(body) % 2]
-            return np.frombuffer(body, dtype="<i2").astype(np.float32) / 32768.0, rate
-        pos += 8 + size + size % 2
-    raise EspeakNGError("WAV without a data chunk")
+    try:
+        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except (RuntimeError, TypeError, ValueError) as exc:  # soundfile.LibsndfileError is a RuntimeError
+        raise EspeakNGError(f"espeak-ng wrote no readable WAV ({len(data)} bytes): {exc}") from None
+    if samples.shape[1] != 1:
+        raise EspeakNGError(f"espeak-ng wrote {samples.shape[1]} channels, not 1")
+    return samples[:, 0], int(rate)
 
 
 class EspeakNG:

@@ -13,8 +13,8 @@ never imports it.
   schedule, as a microphone would deliver it.
 - Audio on the wire is pcm16 mono at :data:`WIRE_RATE` Hz, base64 in JSON
   (:func:`encode_pcm16` / :func:`decode_pcm16`). Files are read and resampled with soxr by
-  :func:`speech_to_speech.speech.audio_io.load_audio` (:func:`load_wire_audio`); :class:`StreamResampler`
-  resamples a stream chunk by chunk (a sound device's own rate to or from the wire's).
+  :func:`speech_to_speech.speech.audio_io.load_audio` (:func:`load_wire_audio`); a stream is
+  resampled chunk by chunk with :class:`speech_to_speech.core.audio.StreamResampler`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import soxr
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, WebSocketException
 
@@ -55,9 +54,15 @@ def encode_pcm16(samples: np.ndarray) -> str:
 
 
 def decode_pcm16(payload: str) -> np.ndarray:
-    """Base64 16-bit little-endian PCM to an int16 array (a trailing odd byte is dropped)."""
-    raw = base64.b64decode(payload)
-    return np.frombuffer(raw[: len(raw) - len(raw) % 2], dtype="<i2").astype(np.int16)
+    """Base64 16-bit little-endian PCM to an int16 array.
+
+    Raises:
+        ValueError: not base64 (``binascii.Error``), or an odd number of bytes.
+    """
+    raw = base64.b64decode(payload, validate=True)
+    if len(raw) % 2:
+        raise ValueError(f"pcm16 audio must have an even number of bytes, not {len(raw)}")
+    return np.frombuffer(raw, dtype="<i2").astype(np.int16)
 
 
 def pcm16_bytes(payload: str) -> int:
@@ -82,27 +87,6 @@ def load_wire_audio(path: str | Path) -> np.ndarray:
 def append_event(payload: str) -> dict[str, Any]:
     """An ``input_audio_buffer.append`` event carrying base64 pcm16 ``payload``."""
     return {"type": "input_audio_buffer.append", "audio": payload}
-
-
-class StreamResampler:
-    """Chunk-wise int16 mono resampler (soxr; identity when both rates, in Hz, are equal)."""
-
-    def __init__(self, in_rate: int, out_rate: int) -> None:
-        self._stream = None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="int16")
-
-    def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
-        """Resample one chunk; ``last=True`` flushes the tail and readies it for a new stream."""
-        if self._stream is None:
-            return samples
-        out = self._stream.resample_chunk(np.ascontiguousarray(samples, dtype=np.int16), last=last)
-        if last:
-            self._stream.clear()
-        return out
-
-    def reset(self) -> None:
-        """Forget buffered input (after a barge-in)."""
-        if self._stream is not None:
-            self._stream.clear()
 
 
 class Blocker:

@@ -2,12 +2,14 @@
 
 Inside the pipeline audio is mono float32 in [-1, 1]; int16 PCM exists only at the edges (WAV
 files, the Realtime protocol's ``audio/pcm``, WebRTC frames). Every conversion between the two goes
-through this module, so every edge rounds and scales the same way.
+through this module, so every edge rounds and scales the same way; so does every change of rate of
+a stream (:class:`StreamResampler`, :class:`RateConverter`, on soxr).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import soxr
 
 #: the pipeline's input rate, Hz (what Silero VAD and Whisper take)
 SAMPLE_RATE = 16_000
@@ -50,3 +52,53 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
 def rms(samples: np.ndarray) -> float:
     """Root mean square of float samples in [-1, 1] (0.0 for an empty array)."""
     return float(np.sqrt(np.mean(np.square(samples, dtype=np.float32)))) if len(samples) else 0.0
+
+
+class StreamResampler:
+    """One mono stream resampled chunk by chunk (soxr's streaming resampler, its default quality).
+
+    Identity when both rates are equal. Args: ``in_rate`` and ``out_rate`` in Hz; ``dtype``
+    ``"float32"`` (the pipeline's samples) or ``"int16"`` (a client's wire audio); chunks of any
+    length, 1-D, of that dtype.
+    """
+
+    def __init__(self, in_rate: int, out_rate: int, dtype: str = "float32") -> None:
+        self.in_rate = in_rate
+        self.out_rate = out_rate
+        self.dtype = np.dtype(dtype)
+        self._stream = None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype=dtype)
+
+    def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
+        """Resample one chunk; ``last=True`` also flushes the tail and readies it for a new stream."""
+        if self._stream is None:
+            return np.asarray(samples, dtype=self.dtype)
+        out = self._stream.resample_chunk(np.ascontiguousarray(samples, dtype=self.dtype), last=last)
+        if last:
+            self._stream.clear()
+        return out
+
+    def flush(self) -> np.ndarray:
+        """The tail still held for the end of the stream (empty for the identity)."""
+        return self.process(np.zeros(0, dtype=self.dtype), last=True)
+
+    def reset(self) -> None:
+        """Forget buffered input (after a barge-in)."""
+        if self._stream is not None:
+            self._stream.clear()
+
+
+class RateConverter:
+    """Streams that arrive at any rate, each resampled to ``out_rate`` Hz by a
+    :class:`StreamResampler` of its own input rate (a client that changes rate mid-session, a
+    WebRTC track at 48 kHz beside 24 kHz appends). float32 in, float32 out."""
+
+    def __init__(self, out_rate: int) -> None:
+        self.out_rate = out_rate
+        self._streams: dict[int, StreamResampler] = {}
+
+    def process(self, samples: np.ndarray, rate: int) -> np.ndarray:
+        """``samples`` (float32 mono at ``rate`` Hz) at :attr:`out_rate`."""
+        stream = self._streams.get(rate)
+        if stream is None:
+            stream = self._streams[rate] = StreamResampler(rate, self.out_rate)
+        return stream.process(samples)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import soxr
 from openai.types.realtime import (
     ConversationItemCreateEvent,
     ConversationItemDeleteEvent,
@@ -35,6 +34,7 @@ from openai.types.realtime import (
     SessionUpdateEvent,
 )
 
+from speech_to_speech.core.audio import RateConverter
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import (
     AssistantText,
@@ -123,7 +123,7 @@ class RealtimeSession:
         self.lock = threading.RLock()
         self.config = SessionConfig.from_args(args)
         self.conversation = Conversation()
-        self._resamplers: dict[int, soxr.ResampleStream] = {}  # input rate → its stream to SAMPLE_RATE
+        self._resampler = RateConverter(SAMPLE_RATE)
         self.images = ImageChecks()  # the next message's images, checked ahead off the loop
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
@@ -258,10 +258,7 @@ class RealtimeSession:
     def feed_audio(self, samples: np.ndarray, rate: int) -> None:
         """The client's audio, float32 mono at ``rate`` Hz (appended events, or a WebRTC track's
         48 kHz frames), resampled once to the pipeline's rate."""
-        resampler = self._resamplers.get(rate)
-        if resampler is None:
-            resampler = self._resamplers[rate] = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
-        samples = resampler.resample_chunk(samples)
+        samples = self._resampler.process(samples, rate)
         if self.config.turn_detection is None:
             if (self._buffered + len(samples)) / SAMPLE_RATE > self.limits.max_buffer_s:
                 raise ProtocolError(

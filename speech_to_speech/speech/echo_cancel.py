@@ -29,9 +29,8 @@ import threading
 from typing import Any
 
 import numpy as np
-import soxr
 
-from speech_to_speech.core.audio import float_to_pcm16, pcm16_to_float
+from speech_to_speech.core.audio import RateConverter, float_to_pcm16, pcm16_to_float
 from speech_to_speech.speech.playback import PlaybackReference
 
 logger = logging.getLogger(__name__)
@@ -109,7 +108,7 @@ class EchoCanceller:
         self._lock = threading.Lock()
         self._played: collections.deque[tuple[float, np.ndarray]] = collections.deque()
         self._played_samples = 0
-        self._resamplers: dict[int, soxr.ResampleStream] = {}
+        self._resampler = RateConverter(rate)
         self._render = np.zeros(0, dtype=np.float32)
         self._capture = np.zeros(0, dtype=np.float32)
         self._out = np.zeros(self._frame, dtype=np.float32)  # one frame of delay: see the module doc
@@ -128,11 +127,7 @@ class EchoCanceller:
 
     def _on_played(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """The reference's tap: ``samples`` (float32) went out at ``start`` (monotonic s)."""
-        if sample_rate != self.rate:
-            resampler = self._resamplers.get(sample_rate)
-            if resampler is None:
-                resampler = self._resamplers[sample_rate] = soxr.ResampleStream(sample_rate, self.rate, 1, "float32")
-            samples = resampler.resample_chunk(np.asarray(samples, dtype=np.float32))
+        samples = self._resampler.process(samples, sample_rate)
         with self._lock:
             self._played.append((start, np.asarray(samples, dtype=np.float32)))
             self._played_samples += len(samples)

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import soxr
 
-from speech_to_speech.core.audio import rms
+from speech_to_speech.core.audio import StreamResampler, rms
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import FirstAudio, ReplyWords, ResponseDone, ResponseInterrupted
 from speech_to_speech.core.handler import BaseHandler
@@ -179,8 +178,7 @@ class PacedAudioSink(BaseHandler):
         self.sample_rate = sample_rate
         self.schedule = RealtimeQueue()
         self._play_end = 0.0
-        self._resampler: soxr.ResampleStream | None = None
-        self._resampler_rate = 0
+        self._resampler: StreamResampler | None = None
         self._turns_with_audio: set[int] = set()
         self._played: list[_Played] = []
         self._lock = threading.Lock()
@@ -217,10 +215,9 @@ class PacedAudioSink(BaseHandler):
     def _resample(self, item: AudioOutput) -> np.ndarray:
         if item.sample_rate == self.sample_rate:
             return item.samples
-        if self._resampler is None or self._resampler_rate != item.sample_rate:
-            self._resampler = soxr.ResampleStream(item.sample_rate, self.sample_rate, 1, dtype="float32")
-            self._resampler_rate = item.sample_rate
-        return self._resampler.resample_chunk(item.samples)
+        if self._resampler is None or self._resampler.in_rate != item.sample_rate:
+            self._resampler = StreamResampler(item.sample_rate, self.sample_rate)
+        return self._resampler.process(item.samples)
 
     @property
     def paused(self) -> bool:
@@ -238,7 +235,7 @@ class PacedAudioSink(BaseHandler):
                 self._audio(item, self._resample(item), now)
         elif isinstance(item, EndOfResponse):
             if self._resampler is not None:  # flush the resampler's tail
-                tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+                tail = self._resampler.flush()
                 self._resampler = None
                 if len(tail) and self.gate.admits(item.stamp):
                     self._audio(AudioOutput(item.stamp, tail, self.sample_rate), tail, now)

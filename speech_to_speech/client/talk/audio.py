@@ -21,10 +21,10 @@ from speech_to_speech.client.realtime import (
     WIRE_RATE,
     Blocker,
     PacedSender,
-    StreamResampler,
     silence,
 )
 from speech_to_speech.client.talk.console import Console
+from speech_to_speech.core.audio import StreamResampler
 from speech_to_speech.speech.audio_io import AudioDeviceError, OutputBuffer, Timeline, import_sounddevice
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class SpeakerSink:
             )
         except Exception as exc:  # PortAudioError, ValueError (no default device), ...
             raise AudioDeviceError(f"no output device: {exc}") from exc
-        self._resampler = StreamResampler(WIRE_RATE, self.rate)
+        self._resampler = StreamResampler(WIRE_RATE, self.rate, dtype="int16")
         self._buffer = OutputBuffer()  # device-rate chunks tagged with their item id
         self._played: dict[str, int] = {}  # device-rate samples handed to the device, per item
         self._done: set[str] = set()
@@ -297,7 +297,7 @@ class MicSource:
         """Capture until cancelled; resample to WIRE_RATE and send BLOCK_SAMPLES blocks."""
         self._loop = asyncio.get_running_loop()
         self._queue = asyncio.Queue()
-        resampler = StreamResampler(self.rate, WIRE_RATE)
+        resampler = StreamResampler(self.rate, WIRE_RATE, dtype="int16")
         blocker = Blocker(BLOCK_SAMPLES)
         self._stream.start()
         try:

@@ -47,7 +47,7 @@ from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.pipeline.builder import Pipeline
 from speech_to_speech.speech.audio_io import FileSink, StreamClock
-from speech_to_speech.testing.fakes import FakeVAD, RecordingSink, Script, VADRig, make_llm, vad_chunks
+from speech_to_speech.testing.fakes import FakeVAD, RecordingSink, Script, VADRig, chained, make_llm, vad_chunks
 from speech_to_speech.turns.endpointer import BY_END_OF_INPUT, BY_MAX_SPEECH, BY_MODEL, BY_SILENCE, DEFAULT_PAUSE_MS
 from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.turns.turn_detection import (
@@ -516,7 +516,7 @@ def test_after_the_reply_a_backchannel_is_an_answer(judge: Callable[..., Judge])
 def test_a_reply_cancelled_before_its_first_audio_leaves_no_text_in_history() -> None:
     llm, events = make_llm(Script(["Paris is the capital. ", "It is big."]), inq=StageQueue(8))
     replies = RepliesInFlight(llm.bus)
-    pipeline = Pipeline([llm], llm.stop_event, llm.gate, llm.bus, StreamClock(), None, replies)
+    pipeline = Pipeline(chained([llm]), llm.stop_event, llm.gate, llm.bus, StreamClock(), None, replies)
     llm.bus.subscribe(pipeline.on_event)
     ask(llm, "What is the capital of France?")
     assert history(llm)[-1] == ("assistant", "Paris is the capital. It is big.")  # written, not heard yet
@@ -536,7 +536,7 @@ def test_speech_that_cancelled_nothing_reports_nothing() -> None:
     """With --interrupt_response false the VAD does not cancel: the reply is still heard whole."""
     llm, events = make_llm(Script(["Paris is the capital."]))
     replies = RepliesInFlight(llm.bus)
-    pipeline = Pipeline([llm], llm.stop_event, llm.gate, llm.bus, StreamClock(), None, replies)
+    pipeline = Pipeline(chained([llm]), llm.stop_event, llm.gate, llm.bus, StreamClock(), None, replies)
     llm.bus.subscribe(pipeline.on_event)
     ask(llm, "What is the capital of France?")
     llm.bus.publish(SpeechStarted(2, barge_in=False))

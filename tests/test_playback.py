@@ -26,7 +26,7 @@ from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.pipeline.builder import Pipeline
 from speech_to_speech.speech.audio_io import FileSink, StreamClock
 from speech_to_speech.speech.playback import PacedAudioSink, RealtimeQueue
-from speech_to_speech.testing.fakes import RecordingSink, Write
+from speech_to_speech.testing.fakes import RecordingSink, Write, chained
 from tests.helpers import BusLog, wait_until
 
 RATE = 16_000
@@ -461,7 +461,7 @@ def test_pipeline_interrupt_reaches_every_stage_first_and_each_drops_its_own_sta
     tts_inputs, audio_out = StageQueue(32), StageQueue(64)
     common: dict[str, Any] = {"stop_event": stop, "gate": gate, "bus": bus}
     tts, sink = Recorder(input_queue=tts_inputs, **common), Recorder(input_queue=audio_out, **common)
-    pipeline = Pipeline([tts, sink], stop, gate, bus, StreamClock())
+    pipeline = Pipeline(chained([tts, sink]), stop, gate, bus, StreamClock())
 
     old = gate.new_turn_stamp()
     for item in [TTSInput(old, "one."), TTSInput(old, "two."), EndOfResponse(old, text="one. two.")]:
@@ -503,7 +503,7 @@ def test_an_interrupt_at_a_full_queue_never_blocks_and_frees_the_producer() -> N
     stop, gate, bus = threading.Event(), Gate(), EventBus()
     audio_out = StageQueue(2)
     sink = Recorder(input_queue=audio_out, stop_event=stop, gate=gate, bus=bus)
-    pipeline = Pipeline([sink], stop, gate, bus, StreamClock())
+    pipeline = Pipeline(chained([sink]), stop, gate, bus, StreamClock())
     old = gate.new_turn_stamp()
     audio_out.put(audio(old, 0.01))
     audio_out.put(audio(old, 0.01))

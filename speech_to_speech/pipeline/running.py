@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, overload
 
@@ -58,13 +58,6 @@ class Stages(Sequence[BaseHandler]):
         self._roles = list(by_role)
         self._stages = list(by_role.values())
 
-    @classmethod
-    def chain(cls, stages: Iterable[BaseHandler]) -> Stages:
-        """Stages put together by hand (a test's): the last is the ``sink``, the others
-        ``stage0``, ``stage1``, … (none is a source)."""
-        listed = list(stages)
-        return cls({**{f"stage{i}": s for i, s in enumerate(listed[:-1])}, "sink": listed[-1]})
-
     @property
     def roles(self) -> tuple[str, ...]:
         """The roles present, in data-flow order."""
@@ -85,18 +78,6 @@ class Stages(Sequence[BaseHandler]):
     def __getitem__(self, index: int | slice) -> BaseHandler | list[BaseHandler]:
         return self._stages[index]
 
-    def replace(self, role: str, stage: BaseHandler) -> BaseHandler:
-        """Put ``stage`` in ``role`` in place of the one there (a test's scripted source); return that one.
-
-        Raises:
-            KeyError: no stage has that role.
-        """
-        if role not in self._roles:
-            raise KeyError(f"no {role!r} stage (the pipeline has {', '.join(self._roles)})")
-        index = self._roles.index(role)
-        previous, self._stages[index] = self._stages[index], stage
-        return previous
-
     def __len__(self) -> int:
         return len(self._stages)
 
@@ -109,8 +90,7 @@ class Pipeline:
     """A chain of started-or-not stages sharing one stop event, gate and bus.
 
     Attributes:
-        stages: the stages by role, in data-flow order (a plain list is taken as
-            :meth:`Stages.chain`: its last stage is the sink).
+        stages: the stages by role, in data-flow order.
     """
 
     stages: Stages
@@ -127,11 +107,6 @@ class Pipeline:
     #: the queues by name (see :data:`~speech_to_speech.pipeline.builder.QUEUE_SIZES`): where a caller feeds
     #: a pipeline that has no source stage (a session puts audio on ``"audio"``, requests on ``"segments"``)
     inputs: dict[str, StageQueue] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        """Take a plain sequence of stages as :meth:`Stages.chain`."""
-        if not isinstance(self.stages, Stages):
-            self.stages = Stages.chain(self.stages)
 
     @overload
     def stage(self, role: str) -> BaseHandler: ...

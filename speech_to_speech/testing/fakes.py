@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -38,6 +38,7 @@ from speech_to_speech.llm.api import LLMConfig, LLMRequest, ProviderEvent
 from speech_to_speech.llm.local import LocalLLMHandler
 from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.pipeline.registry import Backend, register
+from speech_to_speech.pipeline.running import Pipeline, Stages
 from speech_to_speech.speech.audio_io import StreamClock
 from speech_to_speech.speech.playback import PacedAudioSink
 from speech_to_speech.speech.tts import BaseTTSHandler, TTSConfig
@@ -545,3 +546,22 @@ class RecordingSink(PacedAudioSink):
 
 register(Backend("fake-stt", "stt", STTConfig, "speech_to_speech.testing.fakes:FakeSTT", summary="test"))
 register(Backend("fake-tts", "tts", TTSConfig, "speech_to_speech.testing.fakes:FakeTTS", summary="test"))
+
+
+def chained(stages: Iterable[BaseHandler]) -> Stages:
+    """Stages put together by hand for a :class:`Pipeline`: the last is the ``sink``, the others
+    ``stage0``, ``stage1``, … (none is a source)."""
+    listed = list(stages)
+    return Stages({**{f"stage{i}": s for i, s in enumerate(listed[:-1])}, "sink": listed[-1]})
+
+
+def replace_stage(pipeline: Pipeline, role: str, stage: BaseHandler) -> BaseHandler:
+    """Put ``stage`` in ``role`` of ``pipeline`` in place of the one there (a scripted source);
+    return that one.
+
+    Raises:
+        KeyError: the pipeline has no stage in that role.
+    """
+    previous = pipeline.stage(role)
+    pipeline.stages = Stages({r: stage if r == role else s for r, s in pipeline.stages.items()})
+    return previous

@@ -32,7 +32,7 @@ from speech_to_speech.pipeline.builder import Pipeline, build_pipeline
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.speech.audio_io import load_audio
 from speech_to_speech.testing import REPO_ROOT
-from speech_to_speech.testing.fakes import LONG_REPLY, ScriptedLLM, ScriptedSource
+from speech_to_speech.testing.fakes import LONG_REPLY, ScriptedLLM, ScriptedSource, replace_stage
 from speech_to_speech.testing.runs import BusLog
 from speech_to_speech.testing.speech_data import librivox_clips
 from speech_to_speech.turns.vad import CHUNK_SAMPLES, SAMPLE_RATE, VADConfig
@@ -314,7 +314,7 @@ class TurnRun:
             wait_s=wait_s,
             name="source:scripted",
         )
-        self.pipeline.stages.replace("source", self.source)
+        replace_stage(self.pipeline, "source", self.source)
         return self.source
 
     def go(self) -> None:

@@ -281,6 +281,22 @@ def load_average() -> str:
         return "-"
 
 
+def latency_figures(results: list[ClipResult]) -> dict[str, Any]:
+    """Voice-to-voice from the audio files (p50, p90, range), the program's STT p50 and the peak RSS,
+    for docs/results.json."""
+    v2v = [r.v2v_ms for r in results if r.v2v_ms is not None]
+    stt = [r.log["stt_ms"] for r in results if r.log.get("stt_ms") is not None]
+    return {
+        "clips": len(v2v),
+        "v2v_p50_ms": percentile(v2v, 50),
+        "v2v_p90_ms": percentile(v2v, 90),
+        "v2v_min_ms": min(v2v, default=None),
+        "v2v_max_ms": max(v2v, default=None),
+        "stt_p50_ms": percentile(stt, 50),
+        "peak_rss_mb": max((r.rss_mb for r in results if r.rss_mb is not None), default=0.0),
+    }
+
+
 def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[str], load: str) -> None:
     """Print the tables and the goal lines."""
     print("(a) the main command, voice-to-voice read from the audio files")
@@ -346,6 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no_compute", action="store_true", help="skip (b) and (c)")
     parser.add_argument("--no_idle", action="store_true", help="skip (d)")
     parser.add_argument("--json", metavar="PATH", help="also write every number here")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="append voice-to-voice to docs/results.json (key latency-spoken, or latency-librivox on those clips)",
+    )
     parser.add_argument(
         "--spoken",
         action="store_true",
@@ -447,6 +468,13 @@ def main(argv: list[str] | None = None) -> int:
         }
         Path(args.json).write_text(json.dumps(data, indent=1))
     failed = compute_error or any(r.error for r in results) or any(i["error"] for i in idle)
+    if args.record and not failed and (args.spoken or args.clips_dir is None):
+        from speech_to_speech.testing.results import record
+
+        key = "latency-spoken" if args.spoken else "latency-librivox"
+        command = " ".join(["python scripts/benchmark_latency.py", *sys.argv[1:]])
+        entry = record(key, command, latency_figures(results), float(load))
+        print(f"recorded in docs/results.json: {entry['figures']}", file=sys.stderr)
     return 1 if failed else 0
 
 

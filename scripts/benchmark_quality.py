@@ -483,6 +483,37 @@ def _pct(records: list[TurnRecord]) -> str:
     return f"{right}/{len(records)} {100 * right / len(records):.0f}%" if records else "-"
 
 
+def quality_figures(res: ModelResult) -> dict[str, Any]:
+    """The figures of one model's run for docs/results.json: right turns in all and per category,
+    echoed statements, first audio p50/p90 (ms)."""
+
+    def right(kinds: tuple[str, ...]) -> tuple[int, int]:
+        of = [r for r in res.records if r.kind in kinds]
+        return sum(bool(r.verdict and r.verdict.right) for r in of), len(of)
+
+    reactions = [r for r in res.records if r.kind in REACTION_KINDS]
+    latency = [r.latency_ms for r in res.records if r.latency_ms is not None]
+    total, facts, statements, tools = (
+        right(tuple(CATEGORIES)),
+        right(("fact",)),
+        right(REACTION_KINDS),
+        right(("tool",)),
+    )
+    return {
+        "right": total[0],
+        "turns": total[1],
+        "facts_right": facts[0],
+        "facts": facts[1],
+        "statements_right": statements[0],
+        "statements": statements[1],
+        "tools_right": tools[0],
+        "tools": tools[1],
+        "echoed": sum(bool(r.verdict and r.verdict.echoed) for r in reactions),
+        "first_audio_p50_ms": percentile(latency, 50),
+        "first_audio_p90_ms": percentile(latency, 90),
+    }
+
+
 def report(results: list[ModelResult], dialogues: list[Dialogue], extra: list[str]) -> None:
     """The summary table, the per-category table and the failing turns of each model."""
     headers = ["model", "turns", "right", "echoed stmts", "words mean", "words max", "1st audio p50", "p90"]
@@ -624,6 +655,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--turn_timeout_s", type=float, default=120.0, help="longest wait for a turn to settle, s")
     parser.add_argument("--audio_cache", type=Path, default=None, help="folder of the synthesised turns")
     parser.add_argument("--json", metavar="PATH", help="also write every turn here")
+    parser.add_argument(
+        "--record", action="store_true", help="append the default model's figures to docs/results.json (key quality)"
+    )
     parser.add_argument("--server_log", metavar="PATH", help="append the server's output (stdout, then stderr) here")
     parser.add_argument("--rescore", type=Path, metavar="PATH", help="score the turns a --json run saved; no server")
     parser.add_argument(
@@ -681,6 +715,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     load = os.getloadavg()[0]
     results = [run_model(model, extra, dialogues, speech, args) for model in args.model or ["default"]]
+    if args.record and not args.languages and not args.only and args.dialogues is None:
+        from speech_to_speech.testing.results import record
+
+        command = " ".join(["python scripts/benchmark_quality.py", *own, *(["--", *extra] if extra else [])])
+        entry = record("quality", command, quality_figures(results[0]), round(load, 2))
+        print(f"recorded in docs/results.json: {entry['figures']}", file=sys.stderr)
     print()
     summary(dialogues)
     print()

@@ -46,24 +46,25 @@ Phases (``--phases``, default all, in this order):
    longest silence from the user's message to the end of that audio (goal: <= 10 s), time to
    ``response.done``, and whether the next turn was answered (goal: yes).
 5. **concurrency**: 1, 2 and 4 (``--levels``) simultaneous sessions on real speech (LibriVox clips
-   at real-time pace), ``--rounds`` rounds per level. Figures: voice-to-voice p50/p90 per level
-   (``input_audio_buffer.speech_stopped`` received -> first ``response.output_audio.delta`` of the
-   reply received, as in ``benchmark_server.py``), and what the client one over ``--max_sessions``
+   at real-time pace), ``--rounds`` rounds per level. Figures per level: voice-to-voice p50/p90
+   (the end of the clip's speech as sent -> the reply's first ``response.output_audio.delta``
+   received, as in ``benchmark_server.py``), the same from ``speech_stopped`` received
+   ("after stop", which leaves out the end-of-turn wait), and what the client one over ``--max_sessions``
    gets (goal: an ``error`` with code ``max_sessions_reached`` and close code 1013).
 
-Measured (2 shared cores, defaults): soak 590.7 -> 594.7 MB (0.7 %), threads 7 -> 7 (peak 13),
-500 of 500 responses ended; sessions 580.1 MB after 20 -> 580.7 MB after 200 (3 KiB per
-session), threads 7 -> 7, 180 of 180 responses ended (20 clients dropped mid-response); fuzz
-10,000 events (20 oversized: closed with 1009), 9,980 of 9,980 answered by an error, 6,551 of
-6,551 with an event_id echoed, 0 internal errors, no crash, a fresh client served; every
-provider fault one response.done and a spoken line, the next turn answered (first audio after
-0.2 s for the failures, 6.3 s for a stall before the first token, 0.6 s for a stall after it:
-the sentence before the stall, then the apology at 20 s); voice-to-voice p50/p90 491/573 ms
-(1 session), 676/1083 ms (2), 807/1102 ms (4), the fifth client refused with
-max_sessions_reached and close code 1013. With ``--next_token_timeout_s`` (default 5 s), faults
-again (2026-12-02, 2 shared cores, load 3-5, ``--phases faults --seed 9137``): a stall after the
-first token now has its apology 5 s after its last token, longest silence 4.3 s and done at
-9.3 s (before: 19.6 s and 24.6 s); a stall before it 6.8 s of silence; the others at most 1.2 s.
+Measured (2 shared cores, defaults): soak 590.7 -> 594.7 MB (0.7 %), threads 7 -> 7 (peak 13), 500
+of 500 responses ended; sessions 580.1 MB after 20 -> 580.7 MB after 200 (3 KiB per session),
+threads 7 -> 7, 180 of 180 responses ended (20 clients dropped mid-response); fuzz 10,000 events (20
+oversized: closed with 1009), 9,980 of 9,980 answered by an error, 6,551 of 6,551 with an event_id
+echoed, 0 internal errors, no crash, a fresh client served; every provider fault one response.done
+and a spoken line, the next turn answered (first audio after 0.2 s for the failures, 6.3 s for a
+stall before the first token, 0.6 s for a stall after it: the sentence before the stall, then the
+apology at 20 s); ``speech_stopped`` -> first audio p50/p90 491/573 ms (1 session), 676/1083 ms (2),
+807/1102 ms (4) (then named voice-to-voice), the fifth client refused with max_sessions_reached and
+close code 1013. With ``--next_token_timeout_s`` (default 5 s), faults again (2026-12-02, 2 shared
+cores, load 3-5, ``--phases faults --seed 9137``): a stall after the first token now has its apology
+5 s after its last token, longest silence 4.3 s and done at 9.3 s (before: 19.6 s and 24.6 s); a
+stall before it 6.8 s of silence; the others at most 1.2 s.
 
 RSS and threads are the server process's (psutil), read once the server has settled (sessions
 closed), after two priming sessions on the scripted server (first inferences, and the event loop's
@@ -99,6 +100,7 @@ from speech_to_speech.client.realtime import (
 )
 from speech_to_speech.testing.bench import REPO_ROOT, cell, find_clips, free_port, percentile, print_table, split_extra
 from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
+from speech_to_speech.testing.results import load_average
 from speech_to_speech.testing.server_runs import BenchmarkError, Clip, Options, ServerProcess, load_clip, speak_one_turn
 
 PROG = "benchmark_reliability.py"
@@ -817,6 +819,7 @@ async def faults(target: Target, provider: ResponsesServer, names: list[str] | N
 @dataclass
 class ConcurrencyResult:
     v2v_ms: dict[int, list[float]] = field(default_factory=dict)
+    after_stop_ms: dict[int, list[float]] = field(default_factory=dict)
     missing: dict[int, int] = field(default_factory=dict)
     over_limit_code: str | None = None
     over_limit_close: int | None = None
@@ -833,6 +836,7 @@ async def concurrency(
     await speak_one_turn(options, "warm-up", "warm-up", clips[0], cancel=True)
     for level in levels:
         values: list[float] = []
+        after_stop: list[float] = []
         missing = 0
         for r in range(rounds):
             picked = [clips[(r * level + i) % len(clips)] for i in range(level)]
@@ -843,12 +847,14 @@ async def concurrency(
                 )
             )
             for turn in (t for client in turns for t in client):
-                if turn.v2v_ms is None:
+                if turn.after_stop_ms is None:
                     missing += 1
-                else:
+                    continue
+                after_stop.append(turn.after_stop_ms)
+                if turn.v2v_ms is not None:
                     values.append(turn.v2v_ms)
             await target.settle(None, 0)
-        result.v2v_ms[level], result.missing[level] = values, missing
+        result.v2v_ms[level], result.after_stop_ms[level], result.missing[level] = values, after_stop, missing
     result.notes = options.notes
     # one client over --max_sessions
     held = [await Session.open(target.url) for _ in range(max_sessions)]
@@ -979,8 +985,25 @@ def report_faults(results: list[FaultResult], report: Report) -> None:
     print("the user's message to the end of the reply's audio, the longest stretch with none of it playing)")
 
 
+def concurrency_figures(r: ConcurrencyResult) -> dict[str, Any]:
+    """Per level (sessions at once): voice-to-voice p50/p90 and after speech_stopped p50, ms, and
+    turns without reply audio, for docs/results.json."""
+    return {
+        "levels": {
+            str(level): {
+                "v2v_p50_ms": percentile(values, 50),
+                "v2v_p90_ms": percentile(values, 90),
+                "after_stop_p50_ms": percentile(r.after_stop_ms.get(level, []), 50),
+                "no_audio": r.missing[level],
+            }
+            for level, values in r.v2v_ms.items()
+        }
+    }
+
+
 def report_concurrency(r: ConcurrencyResult, max_sessions: int, report: Report) -> None:
-    print("\nconcurrency: voice-to-voice at the client (speech_stopped -> first audio delta), ms")
+    print("\nconcurrency at the client, ms: voice-to-voice (end of the speech sent -> first audio delta);")
+    print("after stop (speech_stopped received -> the same delta)")
     rows = []
     for level, values in r.v2v_ms.items():
         rows.append(
@@ -989,13 +1012,14 @@ def report_concurrency(r: ConcurrencyResult, max_sessions: int, report: Report) 
                 str(len(values)),
                 cell(percentile(values, 50)),
                 cell(percentile(values, 90)),
+                cell(percentile(r.after_stop_ms.get(level, []), 50)),
                 str(r.missing[level]),
             ]
         )
         report.add(
             f"concurrency x{level}: turns without reply audio", str(r.missing[level]), "0", r.missing[level] == 0
         )
-    print_table(["sessions", "turns", "p50", "p90", "no audio"], rows)
+    print_table(["sessions", "turns", "v2v p50", "v2v p90", "after stop p50", "no audio"], rows)
     over = f"client {max_sessions + 1} (over --max_sessions {max_sessions})"
     print(f"{over}: {r.over_limit_code}, close code {r.over_limit_close}")
     refused = r.over_limit_code == "max_sessions_reached" and r.over_limit_close == CLOSE_TRY_AGAIN_LATER
@@ -1042,6 +1066,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("--phase_limit_s", type=float, default=1800.0, help="each phase stops after this, s")
     parser.add_argument("--log", default=None, help="write the servers' output to this file")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="append the concurrency phase's voice-to-voice to docs/results.json (key server-concurrency)",
+    )
     args = parser.parse_args(own)
     phases = [p for p in args.phases.split(",") if p]
     unknown = [p for p in phases if p not in PHASES]
@@ -1106,9 +1135,15 @@ async def run(args: argparse.Namespace, server_flags: list[str]) -> bool:
             top = max(args.levels)
             print(f"[concurrency] levels {args.levels} ...", file=sys.stderr, flush=True)
             server, target = start_server(["--max_sessions", str(top), *server_flags], log)
+            load = load_average()
             try:
                 result5 = await concurrency(target, clips, args.levels, args.rounds, top)
                 report_concurrency(result5, top, report)
+                if args.record:
+                    from speech_to_speech.testing.results import record
+
+                    command = " ".join(["python scripts/benchmark_reliability.py", *sys.argv[1:]])
+                    record("server-concurrency", command, concurrency_figures(result5), round(load, 2))
             finally:
                 server.stop()
     finally:

@@ -32,12 +32,14 @@ audio delta instead of listening to the whole reply (shorter runs, less server l
 
 What is measured (``time.monotonic()`` in this process, when an event is received):
 
-- **v2v ms** (voice-to-voice latency): receipt of ``input_audio_buffer.speech_stopped`` -> receipt
-  of the first ``response.output_audio.delta`` of the response created after it. It includes the
-  server's STT, LLM time to first sentence, TTS of that sentence and the network hop, but not the
-  VAD's endpoint delay (``speech_stopped`` is sent once the VAD has decided), nor the client's
-  playback buffer. Percentiles are over all turns of the phase (linear interpolation); a clip the
-  VAD splits into two turns yields two values.
+- **v2v ms** (voice-to-voice, as everywhere in this project): the end of the user's speech in the
+  audio sent (the clip's last frame of speech, :func:`speech_to_speech.testing.bench.speech_end_s`,
+  placed on the paced send schedule) -> receipt of the first ``response.output_audio.delta`` of
+  the reply. It holds the server's end-of-turn wait, STT, LLM, TTS and the network hop, not the
+  client's playback buffer. Percentiles are over all turns of the phase (linear interpolation); a
+  clip the VAD splits into two turns yields a value for the turn that holds its end.
+- **after stop ms**: receipt of ``input_audio_buffer.speech_stopped`` -> the same first audio
+  delta (leaves out the end-of-turn wait).
 - **stop: last delta ms** (barge-in): receipt of ``speech_started`` for the second utterance ->
   receipt of the last ``response.output_audio.delta`` of the interrupted response that arrives
   after it; 0 when none arrives after it (the server stopped the audio before announcing the
@@ -160,8 +162,8 @@ def report(
 ) -> None:
     """Print the per-turn details, then the summary table and notes."""
     print("\nper turn:")
-    rows = [[t.phase, t.client, t.clip, cell(t.v2v_ms), t.status or "-"] for t in turns]
-    print_table(["phase", "client", "clip", "v2v ms", "reply status"], rows)
+    rows = [[t.phase, t.client, t.clip, cell(t.v2v_ms), cell(t.after_stop_ms), t.status or "-"] for t in turns]
+    print_table(["phase", "client", "clip", "v2v ms", "after stop ms", "reply status"], rows)
     if barge_ins:
         print("\nbarge-in runs:")
         rows = [

@@ -36,7 +36,8 @@ from speech_to_speech.client.realtime import (
     session_update,
     silence,
 )
-from speech_to_speech.testing.bench import REPO_ROOT
+from speech_to_speech.core.audio import int16_to_float
+from speech_to_speech.testing.bench import REPO_ROOT, speech_end_s
 
 TRAILING_SILENCE_S = 1.5
 #: what the server prints once its models are loaded and it accepts clients
@@ -72,6 +73,11 @@ class Clip:
     def duration_s(self) -> float:
         """Length in seconds."""
         return len(self.samples) / WIRE_RATE
+
+    @property
+    def speech_end_s(self) -> float:
+        """Where the clip's speech ends, s (:func:`speech_to_speech.testing.bench.speech_end_s`)."""
+        return speech_end_s(int16_to_float(self.samples), WIRE_RATE) or self.duration_s
 
 
 def load_clip(path: Path) -> Clip:
@@ -287,9 +293,10 @@ class BenchClient(RealtimeClient):
         response = self.response_after(self.speech_stopped[-1])
         return response is not None and response in self.done
 
-    def voice_to_voice_ms(self) -> list[tuple[float | None, str | None]]:
-        """Per user turn: (speech_stopped -> first audio delta of the response created after it, ms; status)."""
-        turns: list[tuple[float | None, str | None]] = []
+    def first_audio_per_turn(self) -> list[tuple[float, float | None, str | None]]:
+        """Per user turn: (receipt of its ``speech_stopped``, receipt of the first audio delta of the
+        response created after it or None, that response's status or why there is none); monotonic s."""
+        turns: list[tuple[float, float | None, str | None]] = []
         for index, stopped in enumerate(self.speech_stopped):
             bound = next((t for t in self.speech_started if t > stopped), float("inf"))
             firsts = [
@@ -299,10 +306,10 @@ class BenchClient(RealtimeClient):
             ]
             if firsts:
                 first, response = min(firsts)
-                turns.append(((first - stopped) * 1000.0, self.done.get(response, (0.0, "no response.done"))[1]))
+                turns.append((stopped, first, self.done.get(response, (0.0, "no response.done"))[1]))
             else:
                 superseded = index + 1 < len(self.speech_stopped)
-                turns.append((None, "superseded" if superseded else "no audio"))
+                turns.append((stopped, None, "superseded" if superseded else "no audio"))
         return turns
 
     async def finish(self) -> None:
@@ -326,8 +333,12 @@ class Turn:
         phase: the phase's name.
         client: the client's name.
         clip: the clip spoken.
-        v2v_ms: voice-to-voice latency, or None (no reply audio).
+        v2v_ms: voice-to-voice, the end of the clip's speech (as it was sent: the paced schedule
+            and :func:`speech_to_speech.testing.bench.speech_end_s`) -> the first audio delta of
+            the reply, ms; None for no reply audio, or for a turn the VAD cut before the clip's end.
         status: the reply's response.done status, or why there is no value.
+        after_stop_ms: receipt of ``speech_stopped`` -> the same first audio delta, ms (leaves
+            out the server's end-of-turn wait).
     """
 
     phase: str
@@ -335,6 +346,7 @@ class Turn:
     clip: str
     v2v_ms: float | None
     status: str | None
+    after_stop_ms: float | None = None
 
 
 @dataclass
@@ -384,13 +396,21 @@ async def speak_one_turn(options: Options, phase: str, name: str, clip: Clip, ca
     try:
         await client.configure()
         client.cancel_on_first_audio = cancel
-        mic.say(np.concatenate([clip.samples, silence(TRAILING_SILENCE_S)]))
+        start = time.monotonic()
+        mic.say(np.concatenate([clip.samples, silence(TRAILING_SILENCE_S)]), start=start)
+        speech_end = start + clip.speech_end_s / options.speed
         await mic.drained()
         if not await client.wait_for(lambda: bool(client.speech_started), 3.0):
             return [Turn(phase, name, clip.name, None, "the VAD found no speech")]
         if not await client.wait_for(client.last_turn_answered, options.turn_timeout_s):
             options.notes.append(f"{name}: no reply finished within --turn_timeout_s {options.turn_timeout_s:g}")
-        turns = [Turn(phase, name, clip.name, ms, status) for ms, status in client.voice_to_voice_ms()]
+        turns = []
+        heard = client.first_audio_per_turn()
+        for index, (stopped, first, status) in enumerate(heard):
+            last = index == len(heard) - 1  # the turn that holds the clip's end
+            v2v = (first - speech_end) * 1000.0 if first is not None and last else None
+            after_stop = (first - stopped) * 1000.0 if first is not None else None
+            turns.append(Turn(phase, name, clip.name, v2v, status, after_stop))
         for error in client.errors:
             options.notes.append(f"{name}: error event: {error}")
         return turns

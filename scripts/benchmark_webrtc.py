@@ -20,14 +20,15 @@ goes first so that a drift in machine load does not favour one:
 
 What is measured (``time.monotonic()`` in this process):
 
-- **v2v ms**: the end of the speech in the clip (when the client sent the clip's last sample, minus
-  the clip's own trailing silence, found by energy) → when the reply's first sample above -50 dBFS
-  would play at the client, playing what it receives at once: the first
-  ``response.output_audio.delta``'s receipt plus that sample's offset in the reply (WebSocket); the
-  receipt of the decoded frame that holds it plus its offset in the frame (WebRTC, so after Opus
-  decoding and the client's one-frame jitter buffer). It includes
-  the VAD's endpointing silence (``--min_silence_ms``), STT, the LLM's first sentence, TTS and both
-  network hops; not the client's playback buffer.
+- **v2v ms**: the end of the speech in the clip (when the client sent the clip's last sample,
+  minus the clip's own trailing silence after :func:`speech_to_speech.testing.bench.speech_end_s`)
+  → when the reply's first sample above -60 dBFS (``bench.FIRST_SOUND``, as every benchmark) would
+  play at the client, playing what it receives at once: the first
+  ``response.output_audio.delta``'s receipt plus that sample's offset in the reply (WebSocket);
+  the receipt of the decoded frame that holds it plus its offset in the frame (WebRTC, so after
+  Opus decoding and the client's one-frame jitter buffer). It includes the VAD's endpointing
+  silence (``--min_silence_ms``), STT, the LLM's first sentence, TTS and both network hops; not
+  the client's playback buffer.
 - **endpoint ms**: the same start → receipt of ``input_audio_buffer.speech_stopped`` (VAD decision
   plus the uplink: the pacing of the audio, Opus and the server's jitter buffer on WebRTC).
 - **server ms**: ``speech_stopped`` → the reply's first audio leaves the server (the receipt of its
@@ -73,26 +74,18 @@ from speech_to_speech.speech.audio_io import load_audio
 from speech_to_speech.testing.bench import (
     cell,
     find_clips,
+    first_sound_index,
     free_port,
     one_line,
     percentile,
     print_table,
+    speech_end_s,
     split_extra,
 )
 from speech_to_speech.testing.server_runs import BenchmarkError, ServerProcess
 
 PROG = "benchmark_webrtc.py"
-#: received audio with a sample above this (-50 dBFS) is the reply's (both transports)
-AUDIBLE_PEAK = 0.003
-#: the clip's own trailing silence ends where its 20 ms RMS falls below this fraction of its peak RMS
-SPEECH_FRACTION = 0.1
 TRANSPORTS = ("websocket", "webrtc")
-
-
-def first_audible(samples: np.ndarray) -> int | None:
-    """Index of the first sample of received audio that is the reply speaking (not silence), if any."""
-    loud = np.flatnonzero(np.abs(samples) > AUDIBLE_PEAK)
-    return int(loud[0]) if len(loud) else None
 
 
 @dataclass
@@ -110,15 +103,13 @@ class Clip:
 
 
 def load_clip(path: Path) -> Clip:
-    """Read ``path``; find the silence after its last speech (20 ms windows, relative to the peak)."""
+    """Read ``path``; the silence after its last speech is what follows the end of speech that
+    every benchmark uses (:func:`speech_to_speech.testing.bench.speech_end_s`)."""
     media = load_audio(path, MEDIA_RATE)
-    window = MEDIA_RATE // 50
-    frames = media[: len(media) // window * window].reshape(-1, window)
-    rms = np.sqrt(np.mean(frames**2, axis=1))
-    loud = np.flatnonzero(rms > SPEECH_FRACTION * rms.max()) if len(rms) else np.array([])
-    speech_end = (int(loud[-1]) + 1) * window if len(loud) else len(media)
+    duration_s = len(media) / MEDIA_RATE
+    speech_end = speech_end_s(media, MEDIA_RATE) or duration_s
     wire = float_to_int16(load_audio(path, WIRE_RATE))
-    return Clip(path.stem, wire, media, (len(media) - speech_end) / MEDIA_RATE)
+    return Clip(path.stem, wire, media, duration_s - speech_end)
 
 
 @dataclass
@@ -163,7 +154,7 @@ async def websocket_turn(url: str, api_key: str, clip: Clip, timeout_s: float) -
         samples = int16_to_float(decode_pcm16(str(event.get("delta", ""))))
         if not first_delta:
             first_delta.append(now)
-        index = first_audible(samples)
+        index = first_sound_index(samples)
         if index is None:
             played["samples"] += len(samples)
         else:  # the client plays the reply from its first delta on, without a gap
@@ -201,7 +192,7 @@ async def webrtc_turn(base_url: str, api_key: str, clip: Clip, timeout_s: float)
 
     def on_audio(now: float, samples: np.ndarray) -> None:
         if not first_audio and now >= listening["from"]:
-            index = first_audible(samples)
+            index = first_sound_index(samples)
             if index is not None:  # the frame plays from its receipt on
                 first_audio.append(now + index / MEDIA_RATE)
 

@@ -305,12 +305,22 @@ def speech_end_s(samples: Any, rate: int, frame_ms: int = 20) -> float | None:
     return (loud[-1] + 1) * frame / rate if len(loud) else None
 
 
-def first_sound_s(samples: Any, rate: int, threshold: float = 1e-3) -> float | None:
-    """Time of the first sample with ``|x| > threshold``, None if all is silence."""
+#: a reply sample louder than this (|x|, -60 dBFS) is its first sound
+FIRST_SOUND = 1e-3
+
+
+def first_sound_index(samples: Any, threshold: float = FIRST_SOUND) -> int | None:
+    """Index of the first sample with ``|x| > threshold``, None if all is silence."""
     import numpy as np
 
     loud = np.flatnonzero(np.abs(samples) > threshold)
-    return loud[0] / rate if len(loud) else None
+    return int(loud[0]) if len(loud) else None
+
+
+def first_sound_s(samples: Any, rate: int, threshold: float = FIRST_SOUND) -> float | None:
+    """Time of the first sample with ``|x| > threshold``, s, None if all is silence."""
+    index = first_sound_index(samples, threshold)
+    return None if index is None else index / rate
 
 
 def read_mono(path: Path) -> tuple[Any, int]:

@@ -469,10 +469,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(data, indent=1))
     failed = compute_error or any(r.error for r in results) or any(i["error"] for i in idle)
     if args.record and not failed and (args.spoken or args.clips_dir is None):
-        from speech_to_speech.testing.results import record
+        from speech_to_speech.testing.results import command_line, record
 
         key = "latency-spoken" if args.spoken else "latency-librivox"
-        command = " ".join(["python scripts/benchmark_latency.py", *sys.argv[1:]])
+        command = command_line("benchmark_latency.py", sys.argv[1:])
         entry = record(key, command, latency_figures(results), float(load))
         print(f"recorded in docs/results.json: {entry['figures']}", file=sys.stderr)
     return 1 if failed else 0

@@ -716,9 +716,9 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     results = [run_model(model, extra, dialogues, speech, args) for model in args.model or ["default"]]
     if args.record and not args.languages and not args.only and args.dialogues is None:
-        from speech_to_speech.testing.results import record
+        from speech_to_speech.testing.results import command_line, record
 
-        command = " ".join(["python scripts/benchmark_quality.py", *own, *(["--", *extra] if extra else [])])
+        command = command_line("benchmark_quality.py", [*own, *(["--", *extra] if extra else [])])
         entry = record("quality", command, quality_figures(results[0]), round(load, 2))
         print(f"recorded in docs/results.json: {entry['figures']}", file=sys.stderr)
     print()

@@ -1140,9 +1140,9 @@ async def run(args: argparse.Namespace, server_flags: list[str]) -> bool:
                 result5 = await concurrency(target, clips, args.levels, args.rounds, top)
                 report_concurrency(result5, top, report)
                 if args.record:
-                    from speech_to_speech.testing.results import record
+                    from speech_to_speech.testing.results import command_line, record
 
-                    command = " ".join(["python scripts/benchmark_reliability.py", *sys.argv[1:]])
+                    command = command_line("benchmark_reliability.py", sys.argv[1:])
                     record("server-concurrency", command, concurrency_figures(result5), round(load, 2))
             finally:
                 server.stop()

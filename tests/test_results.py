@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from speech_to_speech.testing import REPO_ROOT
-from speech_to_speech.testing.results import BEGIN, END, newest, read, record, render, rendered
+from speech_to_speech.testing.results import BEGIN, END, command_line, newest, read, record, render, rendered
 from tests.helpers import load_module
 
 LATENCY = {
@@ -72,3 +72,10 @@ def test_readme_and_benchmarks_are_rendered_from_the_results_file() -> None:
     table = render(read())
     for path in render_results.TARGETS:
         assert table in path.read_text(encoding="utf-8")
+
+
+def test_a_recorded_command_leaves_out_where_it_wrote() -> None:
+    argv = ["--spoken", "--json", "/tmp/x.json", "--record", "--waterfall=a.png", "--", "--llm_model", "m"]
+    assert command_line("benchmark_latency.py", argv) == (
+        "python scripts/benchmark_latency.py --spoken --record -- --llm_model m"
+    )

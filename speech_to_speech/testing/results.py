@@ -46,6 +46,25 @@ def load_average() -> float:
         return 0.0
 
 
+#: flags that only name where a run writes its output: left out of a recorded command
+OUTPUT_FLAGS = ("--json", "--log", "--server_log", "--waterfall", "--audio_cache")
+
+
+def command_line(script: str, argv: list[str]) -> str:
+    """``python scripts/<script> ARGS`` as recorded: the flags of :data:`OUTPUT_FLAGS` and their
+    values left out (they change no figure)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in OUTPUT_FLAGS:
+            skip = True
+        elif not arg.startswith(tuple(f"{flag}=" for flag in OUTPUT_FLAGS)):
+            kept.append(arg)
+    return " ".join([f"python scripts/{script}", *kept])
+
+
 def read(path: Path = RESULTS_FILE) -> list[dict[str, Any]]:
     """Every record of ``path`` (empty when there is no file)."""
     if not path.is_file():

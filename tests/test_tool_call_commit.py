@@ -12,10 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 from speech_to_speech.core.events import ToolCallReady
-from speech_to_speech.core.messages import EndOfResponse, FunctionOutput, ToolCallRequest, Transcript
-from speech_to_speech.llm.api import TextDelta, ToolCall
+from speech_to_speech.core.messages import (
+    EndOfResponse,
+    FunctionOutput,
+    ResponseRequest,
+    ToolCallRequest,
+    Transcript,
+    TTSInput,
+)
+from speech_to_speech.llm.api import ProviderTimeout, TextDelta, ToolCall
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.serialize import to_responses_input
+from speech_to_speech.llm.stage import TIMEOUT_APOLOGY
 from speech_to_speech.testing.fakes import FakeProviderLLM, make_provider_llm
 
 WEATHER = ToolCall("call_weather_1", "get_weather", '{"city": "Paris"}')
@@ -118,3 +126,35 @@ def test_commit_provisional_call_survives_rollback_and_cancel() -> None:
     chat.commit_provisional_call("r1", call)  # again: nothing changes
     assert [i["type"] for i in chat.items()] == ["message", "function_call"]
     chat.append_tool_output("c1", "ok")
+
+
+def answer_tool_output_then_time_out(llm: FakeProviderLLM) -> list[Any]:
+    """Weather? -> the call, shown; its output; then the follow-up's provider times out."""
+    for item in llm.process(Transcript(llm.gate.new_turn_stamp(), "Weather in Paris?")):
+        shown(llm, item)
+    llm.chat.append_tool_output(WEATHER.call_id, '{"sky": "sunny"}')
+
+    def stall(index: int) -> None:
+        raise ProviderTimeout("no first token within 8 s")
+
+    llm.on_event = stall
+    return list(llm.process(ResponseRequest(llm.gate.new_turn_stamp())))
+
+
+def test_a_failed_reply_to_tool_results_keeps_the_apology_it_said() -> None:
+    # without it the tool results stay unanswered in history and the next turn answers them
+    llm = make_provider_llm([WEATHER], [TextDelta("Sunny.")])
+    out = answer_tool_output_then_time_out(llm)
+    assert [m.text for m in out if isinstance(m, TTSInput)] == [TIMEOUT_APOLOGY]
+    assert out[-1].error and "timeout" in out[-1].error
+    items = llm.chat.items()
+    assert [i["type"] for i in items[-3:]] == ["function_call", "function_call_output", "message"]
+    assert items[-1]["role"] == "assistant" and items[-1]["content"] == TIMEOUT_APOLOGY
+
+
+def test_a_failed_reply_to_the_user_still_leaves_no_assistant_message() -> None:
+    llm = make_provider_llm([TextDelta("never")])
+    llm.on_event = lambda index: (_ for _ in ()).throw(ProviderTimeout("no first token"))
+    out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Hello?")))
+    assert [m.text for m in out if isinstance(m, TTSInput)] == [TIMEOUT_APOLOGY]
+    assert kinds(llm.chat) == [("message", "user")]

@@ -104,6 +104,8 @@ class _ResponseState:
     error: str | None = None
     cancelled: bool = False
     language: str | None = None  # of the user's turn: the reply is spoken in it
+    said_instead: str = ""  # the stage's own line said for a failed reply (the apology, the fallback)
+    after_tool_output: bool = False  # the request answers tool results
 
 
 class BaseLLMHandler(BaseHandler):
@@ -318,6 +320,7 @@ class BaseLLMHandler(BaseHandler):
         self, item: Transcript, request: LLMRequest, txn: ResponsePrefetchTransaction | None = None
     ) -> Iterator[Any]:
         st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio, language=item.language)
+        st.after_tool_output = bool(request.items) and request.items[-1].get("type") == "function_call_output"
         if txn is not None:
             txn.on_rollback(lambda: self.chat.cancel_provisional_generation(st.key))
         with self._history_lock:
@@ -429,6 +432,7 @@ class BaseLLMHandler(BaseHandler):
     @staticmethod
     def _tts_or_text(st: _ResponseState, text: str) -> TTSInput | TextOutput:
         """One of the stage's own (English) sentences, spoken or as text."""
+        st.said_instead = text
         return TTSInput(st.stamp, text, "en") if st.wants_audio else TextOutput(st.stamp, text)
 
     def _record_tool_call(self, st: _ResponseState, call: ToolCall) -> Iterator[ToolCallRequest]:
@@ -473,9 +477,11 @@ class BaseLLMHandler(BaseHandler):
             st.spoken = True
             yield self._tts_or_text(st, FAILURE_FALLBACK)
         committed = False
-        if not stale and st.error is None:
+        # a failed reply to tool results keeps the line it said, so that the next turn does not answer them
+        said = st.said_instead if st.error and st.after_tool_output and txn is None and not text else ""
+        if not stale and (st.error is None or said):
             try:
-                assistant = [{"type": "message", "role": "assistant", "content": text}] if text else []
+                assistant = [{"type": "message", "role": "assistant", "content": text or said}] if text or said else []
                 with self._history_lock:
                     stored = self.chat.add_provisional_generation_items(st.key, assistant) if assistant else []
                     if stored is None:

@@ -72,6 +72,7 @@ from speech_to_speech.testing.bench import (
     read_transcripts,
     speech_end_s,
 )
+from speech_to_speech.testing.results import load_average
 from speech_to_speech.testing.speech_data import word_error_rate
 
 PROG = "benchmark_latency.py"
@@ -273,14 +274,6 @@ def _table(results: list[ClipResult], headers: list[str], numbers: list[list[flo
     print_table(headers, rows)
 
 
-def load_average() -> str:
-    """The 1-minute load average, for telling whether the machine was quiet."""
-    try:
-        return f"{os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "-"
-
-
 def latency_figures(results: list[ClipResult]) -> dict[str, Any]:
     """Voice-to-voice from the audio files (p50, p90, range), the program's STT p50 and the peak RSS,
     for docs/results.json."""
@@ -297,7 +290,7 @@ def latency_figures(results: list[ClipResult]) -> dict[str, Any]:
     }
 
 
-def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[str], load: str) -> None:
+def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[str], load: float) -> None:
     """Print the tables and the goal lines."""
     print("(a) the main command, voice-to-voice read from the audio files")
     log = [[r.log.get(k) for k in ("v2v_ms", "stt_ms", "ttft_ms", "ttfa_ms")] for r in results]
@@ -333,7 +326,8 @@ def report(results: list[ClipResult], idle: list[dict[str, Any]], extra: list[st
         return f"  {name}: {cell(value, digits)}{unit} (goal <= {limit:g}{unit}) {verdict}"
 
     print(f"\ngoals ({len(results)} clip(s); v2v holds the VAD's {silence} ms endpointing silence)")
-    print(f"  load average at start {load}, at end {load_average()}: on {os.cpu_count()} cores, a quiet machine is ~0")
+    end, cores = load_average(), os.cpu_count()
+    print(f"  load average at start {load:.2f}, at end {end:.2f}: on {cores} cores, a quiet machine is ~0")
     print(goal("voice-to-voice p50", v2v, GOAL_V2V_MS, " ms"))
     v2v_p90 = percentile([r.v2v_ms for r in results if r.v2v_ms is not None], 90)
     print(goal("voice-to-voice p90", v2v_p90, GOAL_V2V_P90_MS, " ms"))
@@ -473,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
 
         key = "latency-spoken" if args.spoken else "latency-librivox"
         command = command_line("benchmark_latency.py", sys.argv[1:])
-        entry = record(key, command, latency_figures(results), float(load))
+        entry = record(key, command, latency_figures(results), load)
         print(f"recorded in docs/results.json: {entry['figures']}", file=sys.stderr)
     return 1 if failed else 0
 

@@ -87,6 +87,7 @@ from speech_to_speech.testing.bench import (
     print_table,
     read_transcripts,
 )
+from speech_to_speech.testing.results import load_average
 from speech_to_speech.testing.scoring import (
     CATEGORIES,
     LANGUAGE_DIALOGUES_FILE,
@@ -713,13 +714,13 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"{PROG}: error: {exc} (espeak-ng: apt-get install espeak-ng)", file=sys.stderr)
         return 1
-    load = os.getloadavg()[0]
+    load = load_average()
     results = [run_model(model, extra, dialogues, speech, args) for model in args.model or ["default"]]
     if args.record and not args.languages and not args.only and args.dialogues is None:
         from speech_to_speech.testing.results import command_line, record
 
         command = command_line("benchmark_quality.py", [*own, *(["--", *extra] if extra else [])])
-        entry = record("quality", command, quality_figures(results[0]), round(load, 2))
+        entry = record("quality", command, quality_figures(results[0]), load)
         print(f"recorded in docs/results.json: {entry['figures']}", file=sys.stderr)
     print()
     summary(dialogues)
@@ -728,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.languages:
         print()
         language_report(results, dialogues)
-    print(f"\nload average at start {load:.2f}, at end {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"\nload average at start {load:.2f}, at end {load_average():.2f} on {os.cpu_count()} cores")
     for note in dict.fromkeys(notes):
         print(f"note: {note}")
     if args.json:

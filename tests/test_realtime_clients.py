@@ -250,6 +250,10 @@ def test_openai_agents_realtime_agent(
                 await session.send_message("What is the weather in Paris?")
                 await until(lambda: FOLLOW_UP in spoken_transcripts(proxy), "the spoken follow-up")
                 await until(lambda: proxy.received("conversation.item.retrieved"), "a retrieved item")
+                # the proxy sees an event before the agent has handled it: the follow-up's
+                # agent_end (its response.done, after its output_item.done) says the agent has
+                # seen every item of the turn; under load the snapshot otherwise races it
+                await until(lambda: ends() >= 4, "the agent's end of the follow-up")
                 history = list(session._history)
                 reader.cancel()
             return proxy, events, history

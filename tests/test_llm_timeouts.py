@@ -199,6 +199,7 @@ def test_llama_engine_gives_up_waiting_for_its_lock_when_stopped() -> None:
     engine.lock = threading.Lock()
     engine._waiting, engine._waiting_lock = 0, threading.Lock()  # replies waiting for the lock
     engine.llm = _FakeLlama()
+    engine.n_threads = engine._threads_now = 1  # one thread: fit_threads never changes it
     engine.cached_prefix = lambda tokens: 0  # type: ignore[method-assign]
     stop = threading.Event()
     started: list[Any] = []

@@ -36,7 +36,6 @@ import io
 import itertools
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +49,7 @@ from handlers.llm.echo_guard import EchoGuard, opening_tokens
 from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill
 from speech_to_speech.core.events import EngineWait, Event, UserTranscriptDelta
+from speech_to_speech.core.priority import CORES, available_cores
 from speech_to_speech.core.shared import shared_model
 from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta, ToolCall, Usage
 from speech_to_speech.llm.local import LocalLLMHandler
@@ -93,15 +93,13 @@ def repair_template(source: str) -> str:
 def default_threads() -> int:
     """Threads for llama.cpp: every core this process may use, at most 4.
 
-    On 2 cores both go to the LLM: it is on the critical path until the first
-    sentence exists, and STT (before it) and TTS (after it) mostly run while it
-    waits (measured: 2 threads 39 tokens/s, 1 thread 24 tokens/s for the embedded model).
+    On 2 cores both go to the LLM while nothing else runs: it is on the critical path until the
+    first sentence exists (measured: 2 threads 39 tokens/s, 1 thread 24 tokens/s for the embedded
+    model). While another stage uses a core (TTS writing the first sentence while the LLM writes
+    the next, a partial STT pass), the engine drops to the threads left
+    (:data:`~speech_to_speech.core.priority.CORES`, see :meth:`LlamaEngine.fit_threads`).
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores))
+    return max(1, min(4, available_cores()))
 
 
 @dataclass
@@ -149,6 +147,9 @@ class LlamaEngine:
         # free the native model before interpreter shutdown tears down the binding's globals
         # (its __del__ fails then, printing a traceback at every exit)
         atexit.register(self.llm.close)
+        #: the threads asked for, and those the context runs now (see :meth:`fit_threads`)
+        self.n_threads = n_threads
+        self._threads_now = n_threads
         self.lock = threading.Lock()
         self._waiting = 0  # replies waiting for the lock
         self._waiting_lock = threading.Lock()
@@ -233,9 +234,24 @@ class LlamaEngine:
         for start in range(0, len(rest), size):
             if start and may_continue is not None and not may_continue():
                 break
+            self.fit_threads()
             self.llm.eval(rest[start : start + size])
             evaluated += len(rest[start : start + size])
         return evaluated
+
+    def fit_threads(self) -> None:
+        """Run the next evaluation on the cores other stages leave free (at least one thread).
+
+        The caller holds :attr:`lock`. llama.cpp's threads meet at every operation of a token, so a
+        thread whose core another stage is using stalls them all: on 2 cores beside a Piper
+        synthesis, 2 threads wrote 9-11 tokens/s and 1 thread 16-20
+        (:mod:`speech_to_speech.core.priority`). Changing the count costs nothing
+        (``llama_set_n_threads`` only sets what the next decode uses).
+        """
+        threads = CORES.free(self.n_threads)
+        if threads != self._threads_now:
+            self.llm._ctx.set_n_threads(threads, threads)
+            self._threads_now = threads
 
     @property
     def wanted(self) -> bool:
@@ -284,6 +300,7 @@ class LlamaEngine:
             if should_stop():
                 return
             on_start(PromptStats(len(tokens), self.cached_prefix(tokens)))
+            self.fit_threads()  # the prompt is evaluated at the first step, on the cores free then
             chunks = self.llm.create_completion(
                 prompt=tokens,
                 max_tokens=max_tokens,
@@ -299,6 +316,7 @@ class LlamaEngine:
                     text = chunk["choices"][0]["text"]
                     if text:
                         yield text
+                    self.fit_threads()  # each step evaluates the next token: on the cores free now
             finally:
                 chunks.close()
         finally:

@@ -12,11 +12,20 @@ Why: on 2 cores a final STT pass that took 31-57 ms on most turns took 450-680 m
 work that can run there, so it gives way between 8-token steps.
 
 One :data:`CRITICAL` serves the whole process: the cores are shared by every session.
+
+:data:`CORES` counts the threads of other stages that are using a core right now (a TTS
+synthesis, an STT pass, the end-of-turn model), so that the LLM, which can use every core, takes
+only those left (:meth:`CoreUse.free`). Why: llama.cpp's threads wait for each other at every
+operation of a token, so one of two threads sharing its core with Piper stalls both. Measured on
+the 2-core target (Qwen2.5-Coder-1.5B Q4_K_M, 2026-12-04): alone, 2 threads write 30 tokens/s and
+1 thread 19; beside a Piper synthesis on one intra-op thread, 2 threads write 9-11 tokens/s and 1
+thread 16-20 (and evaluate an 18-token prompt in 495 ms against 728 ms).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 
@@ -58,3 +67,48 @@ class CriticalPath:
 
 #: the process's critical path (every pipeline and session shares the cores)
 CRITICAL = CriticalPath()
+
+
+class CoreUse:
+    """How many threads of other stages are using a core now. Thread-safe.
+
+    Args:
+        cores: the cores of this machine (default: those this process may run on).
+    """
+
+    def __init__(self, cores: int | None = None) -> None:
+        self.cores = cores or available_cores()
+        self._in_use = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def using(self, threads: int = 1) -> Iterator[None]:
+        """Mark the body as ``threads`` threads busy on cores (nests; any thread)."""
+        with self._lock:
+            self._in_use += threads
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_use -= threads
+
+    @property
+    def in_use(self) -> int:
+        """Threads of other stages on a core now."""
+        return self._in_use
+
+    def free(self, wanted: int) -> int:
+        """How many of ``wanted`` threads to run now: those the cores left free allow, at least one."""
+        return max(1, min(wanted, self.cores - self._in_use))
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity on Linux, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+#: the process's use of its cores by threads other than the LLM's (every session shares them)
+CORES = CoreUse()

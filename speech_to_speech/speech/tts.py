@@ -13,6 +13,7 @@ import numpy as np
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import AudioOutput, EndOfResponse, TTSInput
+from speech_to_speech.core.priority import CORES
 
 logger = logging.getLogger(__name__)
 
@@ -147,9 +148,11 @@ class BaseTTSHandler(BaseHandler):
             return
         # the LLM's sentence streamer already cut the text into the chunks to speak (the first
         # clause or sentence alone, then sentence batches): speak each as it is, never re-split
-        spoken, rate, engine = self.speak(item.text, item.language)
+        # the synthesis takes a core: the LLM writing the next sentence meanwhile keeps to the rest
+        with CORES.using():
+            spoken, rate, engine = self.speak(item.text, item.language)
+            parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in spoken]
         chunk = max(1, rate * self.config.tts_chunk_ms // 1000)
-        parts = [np.asarray(a, dtype=np.float32).reshape(-1) for a in spoken]
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         if item.stamp not in self._responses_begun:  # the reply's first audio: no silence in front
             audio = trim_leading_silence(audio, rate)

@@ -15,7 +15,7 @@ import numpy as np
 from speech_to_speech.core.events import EmptyTranscript, UserTranscript, UserTranscriptDelta
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import PartialSpeech, SpeechSegment, Transcript
-from speech_to_speech.core.priority import CRITICAL
+from speech_to_speech.core.priority import CORES, CRITICAL
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.turns.speculation import SpeculativeTurns
 from speech_to_speech.turns.turn_detection import FINISHED_QUESTION, transcript_ends_turn
@@ -237,7 +237,8 @@ class BaseSTTHandler(BaseHandler):
             return
         start = time.monotonic()
         transcribe = self.transcribe_during_reply if item.during_reply else self.transcribe
-        with CRITICAL.running():  # the user waits for this pass: work done ahead gives way
+        # the user waits for this pass: work done ahead gives way, and the LLM keeps off its core
+        with CRITICAL.running(), CORES.using():
             text, language = transcribe(item.samples, item.sample_rate)
         stt_ms = self._timed(len(item.samples), start)
         text = text.strip()
@@ -281,7 +282,8 @@ class BaseSTTHandler(BaseHandler):
                 self._recent_pass = (self._recent_pass[0] * SKIP_DECAY, self._recent_pass[1])
             return
         start = time.monotonic()
-        text = trim_repeats(self.transcribe_partial(item.samples, item.sample_rate).strip())
+        with CORES.using():  # the LLM's prefill meanwhile keeps off this core
+            text = trim_repeats(self.transcribe_partial(item.samples, item.sample_rate).strip())
         stt_ms = self._timed(len(item.samples), start)
         self.partials_run += 1
         logger.debug("turn %d: partial pass over %d samples in %.0f ms", item.stamp.turn_id, len(item.samples), stt_ms)

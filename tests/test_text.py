@@ -107,7 +107,9 @@ def test_first_sentence_released_alone_when_next_starts() -> None:
     pieces = ["Hello", " there", ".", " How", " are", " you", "?", " Fine", "."]
     released, flushed = stream(pieces, batch_sentences=3)
     assert released[0] == (pieces.index(" How"), "Hello there.")
-    assert flushed == ["How are you? Fine."]
+    # the second chunk is released alone too, once its sentence is complete: the listener waits for it
+    assert released[1:] == [(pieces.index(" Fine"), "How are you?")]
+    assert flushed == ["Fine."]
 
 
 def test_later_batches_respect_batch_sentences() -> None:
@@ -116,9 +118,9 @@ def test_later_batches_respect_batch_sentences() -> None:
     batches = [batch for _, batch in released] + flushed
     assert batches == [
         "One is here.",
-        "Two is here. Three is here.",
-        "Four is here. Five is here.",
-        "Six is here.",
+        "Two is here.",
+        "Three is here. Four is here.",
+        "Five is here. Six is here.",
     ]
     # every batch but the last is released before the stream ends
     assert len(released) == 3
@@ -188,8 +190,9 @@ def test_first_clause_released_as_soon_as_the_space_after_its_comma_arrives() ->
     pieces = tokens("Paris is the capital of France, and it is known for its museums. It is lovely.")
     released, flushed = stream(pieces, batch_sentences=2)
     assert released[0] == (pieces.index(" and"), "Paris is the capital of France,")
-    # the rest of the clipped sentence counts as one sentence of the next batch
-    assert [batch for _, batch in released[1:]] + flushed == ["and it is known for its museums. It is lovely."]
+    # the rest of the clipped sentence is the second chunk, released alone as soon as it is complete
+    assert released[1] == (pieces.index(" It"), "and it is known for its museums.")
+    assert [batch for _, batch in released[2:]] + flushed == ["It is lovely."]
 
 
 @pytest.mark.parametrize("split", ["words", "chars"])
@@ -247,7 +250,7 @@ def test_only_the_first_chunk_is_a_clause() -> None:
 
 def test_a_sentence_that_ends_first_is_the_first_chunk() -> None:
     out = chunks("Hi there. Paris is the capital of France, and it is lovely. Yes.", batch_sentences=3)
-    assert out == ["Hi there.", "Paris is the capital of France, and it is lovely. Yes."]
+    assert out == ["Hi there.", "Paris is the capital of France, and it is lovely.", "Yes."]
 
 
 def test_clause_rule_can_be_turned_off() -> None:
@@ -259,7 +262,8 @@ def test_first_clause_end_positions() -> None:
     assert first_clause_end("One two three four, five") == len("One two three four,")
     assert first_clause_end("One two three four,") is None  # the space after the comma has not arrived
     assert first_clause_end("One two three, four", min_words=4) is None
-    assert first_clause_end("One, two three") is None  # one word is too few by default
+    assert first_clause_end("One, two three") == len("One,")  # one word is enough by default ("Oh, nice!")
+    assert first_clause_end("One, two three", min_words=2) is None
     assert first_clause_end("One two three, four five six seven, eight", min_words=6) == len(
         "One two three, four five six seven,"
     )
@@ -404,13 +408,15 @@ def test_a_short_reply_is_one_chunk(split: str) -> None:
         ("Your next meeting with the design team starts at ten tomorrow.", "Your next meeting"),
         ("The capital of Australia is Canberra and not Sydney.", "The capital of Australia"),
         ("There are 366 days in a leap year.", "There are 366 days"),
-        ("Well, it depends on the weather, really.", "Well, it depends"),
+        ("Well, it depends on the weather, really.", "Well,"),
+        ("Oh, that sounds like a busy day! How did you spend it?", "Oh,"),
         ('The play "Romeo and Juliet" was written by Shakespeare.', 'The play "Romeo and Juliet"'),
         ("Jupiter. It is the largest planet.", "Jupiter."),
     ],
 )  # fmt: skip
-def test_the_default_first_chunk_is_three_or_four_words(text: str, first: str) -> None:
-    """The defaults (for the 1.5B's ~20 tokens/s): a short first phrase, never inside a quotation."""
+def test_the_default_first_chunk_is_a_clause_or_three_or_four_words(text: str, first: str) -> None:
+    """The defaults (for the 1.5B's ~20 tokens/s): a short first phrase (a one-word clause such as "Oh,"),
+    never inside a quotation."""
     streamer = SentenceStreamer()
     out = [chunk for piece in tokens(text) for chunk in streamer.push(piece)] + list(streamer.flush())
     assert out[0] == first

@@ -50,12 +50,15 @@ _HAS_WORD = re.compile(r"\w", re.UNICODE)
 _CLAUSE_END = re.compile(r"[,;:][\"')\]]*(?=\s)|(?<=\s)--?(?=\s)|[\u2014\u2013](?=.)", re.DOTALL)
 
 #: words a reply's first chunk needs before it may end at a clause boundary. With the embedded
-#: 1.5B (the default) decoding ~20 tokens/s on 2 cores (0.95 s for 20 tokens, measured 2026-12-03),
-#: each word more in the first chunk is ~75 ms more before the first sound; two words ("Well,
-#: yes,") are ~0.6 s of Piper speech (3.1-4.0 words/s), about what the rest of a short sentence
-#: takes to write and synthesise. On 10 spoken turns (``benchmark_latency.py --spoken``) going
-#: from 4 clause / 5 gap words to 2 / 3 brought voice-to-voice p50 from 1,785 to 1,307 ms.
-FIRST_CLAUSE_MIN_WORDS = 2
+#: 1.5B (the default) decoding ~20-30 tokens/s on 2 cores, each word more in the first chunk is
+#: ~50-75 ms more before the first sound. One word: a reaction's "Oh," / "Sure," / "Well," is spoken
+#: at once, and the rest of its sentence is the second chunk, released alone as soon as it is
+#: complete (:class:`SentenceStreamer`). On the 10 spoken turns (``benchmark_latency.py --spoken``,
+#: 2026-12-04, back to back, with that second-chunk rule): voice-to-voice p50 1,045 -> 976 ms, p90
+#: 1,375 -> 1,099 ms against two words; the pause after "Oh," / "Sure," in the reply's audio was
+#: 340 / 480 ms (320 / 340 ms with two words). Earlier (2026-12-03) going from 4 clause / 5 gap
+#: words to 2 / 3 brought p50 from 1,785 to 1,307 ms.
+FIRST_CLAUSE_MIN_WORDS = 1
 
 
 def _word_set(text: str) -> frozenset[str]:
@@ -386,9 +389,11 @@ class SentenceStreamer:
     The first chunk of a reply is released alone and at once: it ends where
     :func:`first_chunk_end` says (the first clause of at least ``first_clause_words``
     words, or a word gap after at least ``first_cut_words`` words) or else with the
-    first complete sentence, whichever is ready first. Every later chunk is a batch of
-    ``batch_sentences`` complete sentences (the rest of a clipped first sentence counts
-    as one).
+    first complete sentence, whichever is ready first. The second chunk is released alone
+    too, as soon as its sentence is complete (the rest of a clipped first sentence, or the
+    sentence after a first one): it is what the listener waits for while the first plays,
+    and a short first chunk ("Oh,", "Jupiter.") plays for only 0.3-0.6 s. Every later
+    chunk is a batch of ``batch_sentences`` complete sentences.
 
     The last sentence Punkt finds may be unfinished, so it stays buffered (with
     its trailing whitespace) until more text arrives or :meth:`flush` is called.
@@ -415,6 +420,7 @@ class SentenceStreamer:
         self._buffer = ""
         self._batch: list[str] = []
         self._sent_first = False
+        self._released = 0  # chunks released so far
         self._mid_sentence = False  # the buffer starts inside a sentence (after a first chunk cut early)
 
     def push(self, delta: str) -> Iterator[str]:
@@ -437,8 +443,9 @@ class SentenceStreamer:
 
     def _add(self, sentence: str) -> Iterator[str]:
         self._batch.append(sentence)
-        if not self._sent_first or len(self._batch) >= self.batch_sentences:
+        if self._released < 2 or len(self._batch) >= self.batch_sentences:
             self._sent_first = True
+            self._released += 1
             batch, self._batch = " ".join(self._batch), []
             yield batch
 
@@ -459,6 +466,7 @@ class SentenceStreamer:
         if self._batch:
             batch, self._batch = " ".join(self._batch), []
             self._sent_first = True
+            self._released += 1
             yield batch
 
 

@@ -514,3 +514,25 @@ def test_a_word_is_held_until_whitespace_or_flush() -> None:
     assert list(streamer.push("ful")) == []
     assert list(streamer.flush()) == ["wonderful"]
     assert list(streamer.flush()) == []
+
+
+def test_a_long_second_sentence_after_a_short_first_chunk_ends_early_and_its_rest_comes_alone() -> None:
+    """"Sure!" plays ~0.4 s: a 26-word sentence after it left 2.6 s of silence in a spoken reply."""
+    text = (
+        "Sure! One fun fact about computers is that they can be programmed to perform complex tasks, "
+        "such as recognizing patterns in images or predicting stock prices. They are fast. Very fast. Indeed."
+    )
+    out = chunks(text, batch_sentences=2, first_clause_words=1, first_cut_words=3)
+    assert out[0] == "Sure!"
+    assert 8 <= len(out[1].split()) <= 12 and text.split(".")[0].startswith(out[0] + " " + out[1])
+    assert out[2].endswith("stock prices.")  # the rest of the sentence, alone
+    assert out[3:] == ["They are fast. Very fast.", "Indeed."]  # then batches of two
+    assert " ".join(out).split() == text.split()
+
+
+def test_a_short_second_sentence_or_one_after_a_longer_first_chunk_stays_whole() -> None:
+    out = chunks("Oh, that sounds like a busy day! How did you spend it?", first_clause_words=1, first_cut_words=3)
+    assert out == ["Oh,", "that sounds like a busy day!", "How did you spend it?"]
+    text = "The capital of Australia is Canberra and not Sydney as many people assume because it was a compromise."
+    out = chunks(text, first_clause_words=1, first_cut_words=3)
+    assert len(out) == 2 and len(out[0].split()) >= 3  # the rest of a 3+-word first chunk is not cut again

@@ -47,7 +47,7 @@ from llama_cpp import LogitsProcessorList
 from handlers.llm.call_threshold import BanCalls, CallThreshold, invents_numbers, opener_tokens
 from handlers.llm.echo_guard import EchoGuard, opening_tokens
 from handlers.llm.embedded import embedded_model, resolve_gguf
-from handlers.llm.partial_prefill import PartialPrefill
+from handlers.llm.partial_prefill import PartialPrefill, reads_finished
 from speech_to_speech.core.events import EngineWait, Event, UserTranscriptDelta
 from speech_to_speech.core.priority import CORES, available_cores
 from speech_to_speech.core.shared import shared_model
@@ -415,16 +415,22 @@ class LlamaCppLLMHandler(LocalLLMHandler):
             self.partial_prefill.submit(event.text)
 
     def _prompt_so_far(self, text: str) -> str | None:
-        """The prompt of a spoken turn whose words so far are ``text``, up to their end (None: no cut).
+        """The prompt of a spoken turn whose words so far are ``text``, up to their end (None: no
+        cut), or the whole prompt, assistant header included, when ``text`` reads finished (see
+        :func:`~handlers.llm.partial_prefill.reads_finished`).
 
         Rendered as :meth:`events` renders the real request (the same system prompt, history,
         tools and template), with the partial text as the new user message.
         """
-        user = {"type": "message", "role": "user", "content": text.strip() + self._PARTIAL_END}
+        finished = reads_finished(text)
+        content = text.strip() if finished else text.strip() + self._PARTIAL_END
+        user = {"type": "message", "role": "user", "content": content}
         system = self.system_prompt(True, None, None, self.tools, self.tool_choice)
         tools = chat_tools(self.tools) if self.tools and self.tool_choice != "none" else []
         messages = template_messages(to_chat_messages(system, [*self.chat.items(), user]))
         prompt = self.engine.render(messages, tools)
+        if finished:
+            return prompt
         end = prompt.find(self._PARTIAL_END)
         return prompt[:end] if end > 0 else None
 

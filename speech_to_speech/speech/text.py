@@ -60,6 +60,12 @@ _CLAUSE_END = re.compile(r"[,;:][\"')\]]*(?=\s)|(?<=\s)--?(?=\s)|[\u2014\u2013](
 #: words to 2 / 3 brought p50 from 1,785 to 1,307 ms.
 FIRST_CLAUSE_MIN_WORDS = 1
 
+#: words a long second sentence needs before it may end early (at a clause boundary or word gap,
+#: by the first chunk's rules). "Sure!" and then a 26-word sentence left 2.6 s of silence in a reply
+#: (the sentence took ~1.3 s to write beside TTS and ~0.4 s to synthesise, "Sure!" plays ~0.4 s);
+#: eight words (~0.6 s to write) keep short sentences whole
+SECOND_CUT_MIN_WORDS = 8
+
 
 def _word_set(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -392,8 +398,11 @@ class SentenceStreamer:
     first complete sentence, whichever is ready first. The second chunk is released alone
     too, as soon as its sentence is complete (the rest of a clipped first sentence, or the
     sentence after a first one): it is what the listener waits for while the first plays,
-    and a short first chunk ("Oh,", "Jupiter.") plays for only 0.3-0.6 s. Every later
-    chunk is a batch of ``batch_sentences`` complete sentences.
+    and a short first chunk ("Oh,", "Jupiter.") plays for only 0.3-0.6 s. A long second
+    sentence after a first chunk of one or two words ends early as the first chunk may, at a
+    clause boundary or word gap after :data:`SECOND_CUT_MIN_WORDS` words, and its rest is
+    released alone. Every later chunk is
+    a batch of ``batch_sentences`` complete sentences.
 
     The last sentence Punkt finds may be unfinished, so it stays buffered (with
     its trailing whitespace) until more text arrives or :meth:`flush` is called.
@@ -421,29 +430,56 @@ class SentenceStreamer:
         self._batch: list[str] = []
         self._sent_first = False
         self._released = 0  # chunks released so far
+        self._first_words = 0  # words of the first chunk
         self._mid_sentence = False  # the buffer starts inside a sentence (after a first chunk cut early)
 
     def push(self, delta: str) -> Iterator[str]:
         """Add ``delta``; yield chunks: the first clause or sentence, then sentence batches."""
         self._buffer += delta
-        if not self._sent_first and (
-            cut := first_chunk_end(self._buffer, self.first_clause_words, self.first_cut_words)
-        ):
-            head, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:].lstrip()
-            self._mid_sentence = True
-            yield from self._add(head)
-        sentences = split_sentences(self._buffer, self._mid_sentence)
-        if len(sentences) < 2:
-            return
-        self._mid_sentence = False
-        trailing = self._buffer[len(self._buffer.rstrip()) :]
-        for sentence in sentences[:-1]:
-            yield from self._add(sentence)
-        self._buffer = sentences[-1] + trailing
+        while True:
+            cut = self._early_cut()
+            if cut is not None:
+                head, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:].lstrip()
+                self._mid_sentence = True
+                yield from self._add(head)
+            sentences = split_sentences(self._buffer, self._mid_sentence)
+            if len(sentences) < 2:
+                return
+            # the rest of a sentence cut early is released alone: its start is playing
+            rest_alone, self._mid_sentence = self._mid_sentence, False
+            trailing = self._buffer[len(self._buffer.rstrip()) :]
+            for i, sentence in enumerate(sentences[:-1]):
+                if self._second_cut_due():  # a whole second sentence may still end early
+                    cut = first_chunk_end(
+                        " ".join(sentences[i:]) + trailing, SECOND_CUT_MIN_WORDS, SECOND_CUT_MIN_WORDS
+                    )
+                    if cut is not None and cut < len(sentence):
+                        yield from self._add(sentence[:cut].strip())
+                        yield from self._add(sentence[cut:].strip(), alone=True)
+                        continue
+                yield from self._add(sentence, alone=rest_alone and i == 0)
+            self._buffer = sentences[-1] + trailing
 
-    def _add(self, sentence: str) -> Iterator[str]:
+    def _early_cut(self) -> int | None:
+        """Where the buffer's sentence may end before it does: the first chunk's (see
+        :func:`first_chunk_end`), or a long second sentence's (see :meth:`_second_cut_due`);
+        None: not here."""
+        if not self._sent_first:
+            return first_chunk_end(self._buffer, self.first_clause_words, self.first_cut_words)
+        if self._second_cut_due():
+            return first_chunk_end(self._buffer, SECOND_CUT_MIN_WORDS, SECOND_CUT_MIN_WORDS)
+        return None
+
+    def _second_cut_due(self) -> bool:
+        """The next chunk is the second, after a first chunk of one or two words ("Sure!", "Oh,"),
+        whose audio is short: it may end early too."""
+        return self._released == 1 and self._first_words < FIRST_CUT_MIN_WORDS and not self._batch
+
+    def _add(self, sentence: str, alone: bool = False) -> Iterator[str]:
+        if not self._sent_first and not self._batch:
+            self._first_words = len(sentence.split())
         self._batch.append(sentence)
-        if self._released < 2 or len(self._batch) >= self.batch_sentences:
+        if alone or self._released < 2 or len(self._batch) >= self.batch_sentences:
             self._sent_first = True
             self._released += 1
             batch, self._batch = " ".join(self._batch), []

@@ -517,7 +517,7 @@ def test_a_word_is_held_until_whitespace_or_flush() -> None:
 
 
 def test_a_long_second_sentence_after_a_short_first_chunk_ends_early_and_its_rest_comes_alone() -> None:
-    """"Sure!" plays ~0.4 s: a 26-word sentence after it left 2.6 s of silence in a spoken reply."""
+    """ "Sure!" plays ~0.4 s: a 26-word sentence after it left 2.6 s of silence in a spoken reply."""
     text = (
         "Sure! One fun fact about computers is that they can be programmed to perform complex tasks, "
         "such as recognizing patterns in images or predicting stock prices. They are fast. Very fast. Indeed."

@@ -90,11 +90,13 @@ def test_first_sentence_comes_out_before_stream_ends() -> None:
     assert [type(e) for e in events] == [UserTranscript, ResponseStarted, FirstToken, AssistantText]
 
 
-def test_batches_after_first_sentence() -> None:
-    llm, _ = make_llm(Script(REPLY), batch=2)
+def test_batches_after_the_second_chunk() -> None:
+    """The first two chunks go alone (the second is what the listener waits for while the first
+    plays), then batches of ``stream_batch_sentences``."""
+    llm, _ = make_llm(Script([*REPLY, " I", " am", " here", ".", " Go", " on", "."]), batch=2)
     out = ask(llm, "hi")
     check_response(out)
-    assert texts(out) == ["Hello there.", "How can I help? Ask away."]
+    assert texts(out) == ["Hello there.", "How can I help?", "Ask away. I am here.", "Go on."]
 
 
 def test_markdown_and_emoji_filtered_and_punctuation_only_batches_skipped() -> None:

@@ -14,7 +14,7 @@ work that can run there, so it gives way between 8-token steps.
 One :data:`CRITICAL` serves the whole process: the cores are shared by every session.
 
 :data:`CORES` counts the threads of other stages that are using a core right now (a TTS
-synthesis, an STT pass, the end-of-turn model), so that the LLM, which can use every core, takes
+synthesis, a partial STT pass, and all critical work), so that the LLM, which can use every core, takes
 only those left (:meth:`CoreUse.free`). Why: llama.cpp's threads wait for each other at every
 operation of a token, so one of two threads sharing its core with Piper stalls both. Measured on
 the 2-core target (Qwen2.5-Coder-1.5B Q4_K_M, 2026-12-04): alone, 2 threads write 30 tokens/s and
@@ -28,45 +28,6 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-
-
-class CriticalPath:
-    """A count of critical work in progress, and a wait for none. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._active = 0
-        self._changed = threading.Condition()
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Mark the body as critical work (nests; any thread)."""
-        with self._changed:
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._active -= 1
-                self._changed.notify_all()
-
-    @property
-    def busy(self) -> bool:
-        """Critical work is running now."""
-        with self._changed:
-            return self._active > 0
-
-    def wait_clear(self, timeout_s: float) -> bool:
-        """Block while critical work runs, at most ``timeout_s`` seconds.
-
-        Returns:
-            True when none runs (now or after waiting), False on time-out.
-        """
-        with self._changed:
-            return self._changed.wait_for(lambda: self._active == 0, timeout_s)
-
-
-#: the process's critical path (every pipeline and session shares the cores)
-CRITICAL = CriticalPath()
 
 
 class CoreUse:
@@ -112,3 +73,48 @@ def available_cores() -> int:
 
 #: the process's use of its cores by threads other than the LLM's (every session shares them)
 CORES = CoreUse()
+
+
+class CriticalPath:
+    """A count of critical work in progress, and a wait for none. Thread-safe.
+
+    Args:
+        cores: where critical work also marks the core it runs on (each body is one thread).
+    """
+
+    def __init__(self, cores: CoreUse) -> None:
+        self.cores = cores
+        self._active = 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Mark the body as critical work on one core (nests; any thread)."""
+        with self._changed:
+            self._active += 1
+        try:
+            with self.cores.using():
+                yield
+        finally:
+            with self._changed:
+                self._active -= 1
+                self._changed.notify_all()
+
+    @property
+    def busy(self) -> bool:
+        """Critical work is running now."""
+        with self._changed:
+            return self._active > 0
+
+    def wait_clear(self, timeout_s: float) -> bool:
+        """Block while critical work runs, at most ``timeout_s`` seconds.
+
+        Returns:
+            True when none runs (now or after waiting), False on time-out.
+        """
+        with self._changed:
+            return self._changed.wait_for(lambda: self._active == 0, timeout_s)
+
+
+#: the process's critical path (every pipeline and session shares the cores)
+CRITICAL = CriticalPath(CORES)

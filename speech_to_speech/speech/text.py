@@ -401,8 +401,7 @@ class SentenceStreamer:
     and a short first chunk ("Oh,", "Jupiter.") plays for only 0.3-0.6 s. A long second
     sentence after a first chunk of one or two words ends early as the first chunk may, at a
     clause boundary or word gap after :data:`SECOND_CUT_MIN_WORDS` words, and its rest is
-    released alone. Every later chunk is
-    a batch of ``batch_sentences`` complete sentences.
+    released alone. Every later chunk is a batch of ``batch_sentences`` complete sentences.
 
     The last sentence Punkt finds may be unfinished, so it stays buffered (with
     its trailing whitespace) until more text arrives or :meth:`flush` is called.
@@ -428,7 +427,6 @@ class SentenceStreamer:
         self.first_cut_words = first_cut_words
         self._buffer = ""
         self._batch: list[str] = []
-        self._sent_first = False
         self._released = 0  # chunks released so far
         self._first_words = 0  # words of the first chunk
         self._mid_sentence = False  # the buffer starts inside a sentence (after a first chunk cut early)
@@ -464,7 +462,7 @@ class SentenceStreamer:
         """Where the buffer's sentence may end before it does: the first chunk's (see
         :func:`first_chunk_end`), or a long second sentence's (see :meth:`_second_cut_due`);
         None: not here."""
-        if not self._sent_first:
+        if not self._released:
             return first_chunk_end(self._buffer, self.first_clause_words, self.first_cut_words)
         if self._second_cut_due():
             return first_chunk_end(self._buffer, SECOND_CUT_MIN_WORDS, SECOND_CUT_MIN_WORDS)
@@ -476,11 +474,10 @@ class SentenceStreamer:
         return self._released == 1 and self._first_words < FIRST_CUT_MIN_WORDS and not self._batch
 
     def _add(self, sentence: str, alone: bool = False) -> Iterator[str]:
-        if not self._sent_first and not self._batch:
+        if not self._released and not self._batch:
             self._first_words = len(sentence.split())
         self._batch.append(sentence)
         if alone or self._released < 2 or len(self._batch) >= self.batch_sentences:
-            self._sent_first = True
             self._released += 1
             batch, self._batch = " ".join(self._batch), []
             yield batch
@@ -501,7 +498,6 @@ class SentenceStreamer:
         self._mid_sentence = False
         if self._batch:
             batch, self._batch = " ".join(self._batch), []
-            self._sent_first = True
             self._released += 1
             yield batch
 

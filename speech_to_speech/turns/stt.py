@@ -238,7 +238,7 @@ class BaseSTTHandler(BaseHandler):
         start = time.monotonic()
         transcribe = self.transcribe_during_reply if item.during_reply else self.transcribe
         # the user waits for this pass: work done ahead gives way, and the LLM keeps off its core
-        with CRITICAL.running(), CORES.using():
+        with CRITICAL.running():
             text, language = transcribe(item.samples, item.sample_rate)
         stt_ms = self._timed(len(item.samples), start)
         text = text.strip()

@@ -39,7 +39,7 @@ from speech_to_speech.core.events import (
 )
 from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import AudioChunk, PartialSpeech, SpeechSegment
-from speech_to_speech.core.priority import CORES, CRITICAL
+from speech_to_speech.core.priority import CRITICAL
 from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnavailable
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.endpointer import (
@@ -377,7 +377,7 @@ class BaseVADHandler(BaseHandler):
         """A short pause: the model may end the turn now; if not, send it on speculatively."""
         if self.turn_detector is not None:
             samples = np.concatenate([self._prefix, pause.samples]) if len(self._prefix) else pause.samples
-            with CRITICAL.running(), CORES.using():  # the endpoint waits for it: work done ahead gives way
+            with CRITICAL.running():  # the endpoint waits for it: work done ahead gives way (and its core)
                 verdict = self.turn_detector.judge(samples)
             self._turn_probability = verdict.probability
             logger.debug("end of turn: p=%.2f in %.0f ms", verdict.probability, verdict.ms)

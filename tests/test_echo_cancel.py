@@ -12,7 +12,7 @@ import soxr
 
 from speech_to_speech.core.audio import rms
 from speech_to_speech.pipeline.builder import Ends, PipelineError, _canceller
-from speech_to_speech.speech.echo_cancel import EchoCanceller
+from speech_to_speech.speech.echo_cancel import ECHO_CORRELATION, EchoCanceller
 from speech_to_speech.speech.playback import PlaybackReference
 from speech_to_speech.testing.speech_data import word_error_rate
 
@@ -98,8 +98,12 @@ def test_the_voice_is_removed_and_the_user_talking_over_it_is_kept() -> None:
     raw = play_through_room(voice24, near, None, PlaybackReference())
     assert len(cleaned) == len(raw)
     assert canceller.render_frames > 0 and canceller.capture_frames > 0
+    # it stood aside until it heard the voice in the input (a 1 s window, two looks 0.25 s apart)
+    assert canceller.detector is not None and canceller.detector.found
+    assert canceller.detector.correlation is not None and canceller.detector.correlation >= ECHO_CORRELATION
+    assert np.array_equal(cleaned[160 : RATE // 2], raw[: RATE // 2 - 160])  # raw, one frame late
 
-    settled = RATE  # AEC3 adapts within the first second of the voice
+    settled = 3 * RATE // 2  # found by 1.25 s; AEC3 has adapted meanwhile
     echo_only = slice(settled, talk)
     attenuation_db = 20 * np.log10(rms(cleaned[echo_only]) / rms(raw[echo_only]))
     assert attenuation_db < -20, f"the echo is only {attenuation_db:.1f} dB lower"
@@ -113,6 +117,37 @@ def test_the_voice_is_removed_and_the_user_talking_over_it_is_kept() -> None:
     heard = {name: transcribe(audio[talk : talk + len(user)]) for name, audio in (("raw", raw), ("cleaned", cleaned))}
     wer = {name: word_error_rate(reference_text, text) for name, text in heard.items()}
     assert wer["cleaned"] <= max(0.5, wer["raw"] + 0.15), heard
+
+
+@pytest.mark.models
+def test_with_no_echo_path_the_canceller_stands_aside_and_the_user_over_the_voice_is_untouched() -> None:
+    """Headphones: the voice plays, none of it reaches the microphone, a reader talks over it. AEC3
+    would hold the reader back (26-73 % of their chunks kept as speech); standing aside keeps all."""
+    from speech_to_speech.testing.turns import librivox_speech, synthesize
+
+    voice16 = synthesize(STORY)
+    voice24 = soxr.resample(voice16, RATE, OUT_RATE).astype(np.float32)
+    talk = len(voice16) // 3
+    for user, _ in list(librivox_speech().values())[:3]:
+        user = user * (0.1 / rms(user))
+        near = np.zeros(max(len(voice16), talk + len(user)) + RATE // 2, dtype=np.float32)
+        near[talk : talk + len(user)] += user
+        near += np.random.default_rng(4).standard_normal(len(near)).astype(np.float32) * 1e-3
+        reference = PlaybackReference()
+        canceller = EchoCanceller(reference)
+        out = play_through_room(voice24, near, canceller, reference)
+        assert canceller.detector is not None and not canceller.detector.found
+        assert canceller.detector.highest is not None  # it looked while the voice played
+        assert canceller.detector.highest < ECHO_CORRELATION
+        assert np.array_equal(out[160:], near[: len(out) - 160])  # the raw input, one 10 ms frame late
+    # the same reader with the voice's echo in the microphone: found, and cancelled from then on
+    echo = np.convolve(voice16, room_response())[: len(voice16)].astype(np.float32)
+    near[: len(echo)] += echo
+    reference = PlaybackReference()
+    canceller = EchoCanceller(reference)
+    out = play_through_room(voice24, near, canceller, reference)
+    assert canceller.detector is not None and canceller.detector.found
+    assert not np.array_equal(out[160:], near[: len(out) - 160])
 
 
 def test_any_block_size_comes_back_whole_and_one_frame_late() -> None:

@@ -301,8 +301,8 @@ _HELP = {
     ),
     "echo_gate": "where the input can hear the assistant (live mode's speaker, a WebRTC call), speech no louder than "
     "the echo of what it just played is not speech, and a transcript of only its words is its echo",
-    "echo_cancel": "WebRTC's echo canceller (AEC3) removes the assistant's voice from the input: auto (for speakers "
-    "on: where a raw microphone hears it, local mode), true (also on WebRTC calls) or false (headphones)",
+    "echo_cancel": "WebRTC's echo canceller (AEC3) removes the assistant's voice from the input once heard there: "
+    "auto (the default: where a raw microphone can hear the speaker, local mode), true (also on WebRTC calls) or false",
     "noise_suppression": "WebRTC's noise suppression on the input before VAD and STT, true/false",
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
     "stt_model": (

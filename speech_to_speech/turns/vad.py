@@ -112,10 +112,9 @@ class VADConfig:
             once (no pause).
         echo_gate: where the input can hear the assistant's voice (live mode's speaker, a
             WebRTC call), set aside what its echo explains (:mod:`speech_to_speech.turns.echo`).
-        echo_cancel: "auto" (cancel the voice's echo in the input where the input is a raw
-            microphone that hears it: local mode's), "true" (also on WebRTC calls), "false" (the
-            default: with no echo path, headphones, AEC3 removed the first 0.5 s of speech over
-            the voice; :mod:`speech_to_speech.speech.echo_cancel`).
+        echo_cancel: "auto" (the default: cancel the voice's echo where the input is a raw
+            microphone that can hear it, local mode's, from the moment the voice is found in it),
+            "true" (also on WebRTC calls), "false" (:mod:`speech_to_speech.speech.echo_cancel`).
         noise_suppression: WebRTC's noise suppression on the input, before VAD and STT.
     """
 
@@ -135,7 +134,7 @@ class VADConfig:
     turn_statement_silence_ms: int = 1000
     resume_within_ms: int = 1500
     echo_gate: bool = True
-    echo_cancel: str = "false"
+    echo_cancel: str = "auto"
     noise_suppression: bool = False
 
 

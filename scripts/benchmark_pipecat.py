@@ -99,6 +99,7 @@ from speech_to_speech.testing.bench import (
     read_mono,
     read_transcripts,
     speech_end_s,
+    split_extra,
 )
 from speech_to_speech.testing.results import load_average
 
@@ -472,8 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    own, extra = split_extra(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(own)
     if args.limit is not None and args.limit < 1:

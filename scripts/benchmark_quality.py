@@ -86,6 +86,7 @@ from speech_to_speech.testing.bench import (
     percentile,
     print_table,
     read_transcripts,
+    split_extra,
 )
 from speech_to_speech.testing.results import load_average
 from speech_to_speech.testing.scoring import (
@@ -678,8 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; see the module docstring for the exit status."""
-    argv = sys.argv[1:] if argv is None else argv
-    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    own, extra = split_extra(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(own)
     if args.dialogues is not None and args.dialogues < 1:

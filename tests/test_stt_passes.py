@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from handlers.stt.faster_whisper_stt import cut_restart
+from handlers.stt.faster_whisper_stt import cut_restart, first_period
 from speech_to_speech.testing.speech_data import word_error_rate
 
 
@@ -59,4 +59,58 @@ def test_the_question_whisper_read_twice_is_heard_in_one_short_pass() -> None:
     # the speech and the 200 ms pause the speculative pass is cut at
     text, _ = stt.transcribe(np.concatenate([synthesize(question), np.zeros(3200, np.float32)]), 16_000)
     assert word_error_rate(question, text) <= 0.15, text
+    assert stt.full_window_passes == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "once"),
+    [
+        # what tiny.en wrote in a short context for Piper's "Say that again." and "Good morning!"
+        ("say that again say that again say that again say that again say", "say that again"),
+        ("Good morning. Good morning. Good morning. Good morning", "Good morning."),
+        ("Good morning Good morning Good morning Good morning Good morning Good morning", "Good morning"),
+        ("no no no no", "no"),
+    ],
+)
+def test_a_phrase_said_over_and_over_is_kept_once(text: str, once: str) -> None:
+    assert first_period(text.split()) == once.split()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Good morning.",
+        "no no no",  # three words: too short to tell a loop from what was said
+        "I said yes and yes and",  # repeats inside, but not one phrase over and over
+        "What is the capital of France?",
+        "",
+    ],
+)
+def test_other_transcripts_are_not_periods(text: str) -> None:
+    assert first_period(text.split()) is None
+
+
+def test_a_segment_end_counts_as_a_sentence_end() -> None:
+    """With timestamps, Whisper's segments end readings that have no full stop."""
+    words = ["say", "that", "again", "please", "say", "that", "again", "please"]
+    assert cut_restart(words) is None
+    assert cut_restart(words, frozenset({4})) == words[:4]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("text", ["Say that again.", "Good morning!", "What's the boiling point of water in Celsius?"])
+def test_short_turns_that_looped_take_one_short_pass(text: str) -> None:
+    """Piper's short turns on which the short context looped and the 30 s window (470-690 ms) was
+    used: heard in one short pass now."""
+    from handlers.stt.faster_whisper_stt import FasterWhisperSTTHandler
+    from speech_to_speech.testing.turns import synthesize
+    from speech_to_speech.turns.stt import STTConfig
+    from tests.helpers import new_stage
+
+    stt = new_stage(FasterWhisperSTTHandler, config=STTConfig(), name="stt")
+    stt.setup()
+    speech = synthesize(text)
+    # as the VAD cuts it: 0.2 s before and after the speech
+    heard, _ = stt.transcribe(np.concatenate([np.zeros(3200, np.float32), speech, np.zeros(3200, np.float32)]), 16_000)
+    assert word_error_rate(text, heard) <= 0.2, heard
     assert stt.full_window_passes == 0

@@ -20,11 +20,22 @@ Short audio is encoded with a short context. Whisper pads every input to a
 a short turn (about 350 ms of ~450 ms for tiny.en on 2 busy cores). CTranslate2
 accepts shorter inputs; encoding the audio plus 1 s of padding gives the same
 words on LibriVox speech in a third of the time, and the cost grows with the
-audio, so partial transcripts are cheap. A pass that reads the speech twice ("... octopuses?
-Can you tell me a fun fact about o") keeps its first reading (:func:`cut_restart`); one that
-otherwise looks unreliable (looping, repetitive or improbable text) is redone the standard way,
-in the 30 s window (700-1,100 ms for tiny.en on 2 cores instead of ~100 ms: the slow STT passes
-of issue 27 were these).
+audio, so partial transcripts are cheap. The pass decodes with timestamps: Whisper then closes
+each segment with a timestamp token and, more often than without them, ends the transcript
+instead of reading the silence after the speech as more words. A pass that reads the speech
+twice ("... octopuses? Can you tell me a fun fact about o") keeps its first reading
+(:func:`cut_restart`), one that repeats a phrase ("Good morning Good morning Good morning ...")
+keeps the phrase once (:func:`first_period`); only one that still loops, or is otherwise
+repetitive, is redone the standard way, in the 30 s window (470-700 ms for tiny.en on 2 cores
+instead of ~70 ms: the slow STT passes of issue 27 were these).
+
+Measured on 93 turns (the conversation benchmark's Piper and espeak-ng voices, LibriVox, the ten
+spoken turns of ``benchmark_latency.py --spoken``; cut as the VAD cuts them, 0.2 s before and after
+the speech; tiny.en, one thread, 2-core AMD EPYC, 2026-12-05), the pass before against now: mean
+WER 0.177 against 0.166, time p50 67 against 68 ms, max 690 against 174 ms; 4 passes went to the
+30 s window before ("Say that again.", "Good morning!", "Who wrote Romeo and Juliet?" and the
+boiling point question looped in the short context), none now; "Which ocean did we talk about?"
+had come out as "What".
 
 Measured on the 2-core target (``scripts/benchmark_stt.py turns``, LibriVox
 0870/0920/0890, 5-7 s, real-time pace, medians): the final pass takes 392 ms
@@ -126,18 +137,24 @@ def is_looping(tokens: list[int], words: list[str]) -> bool:
     return len(set(grams)) < len(grams)
 
 
-def cut_restart(words: list[str]) -> list[str] | None:
+def _keys(words: list[str]) -> list[str]:
+    """The words compared: lower case, without the punctuation around them."""
+    return [w.lower().strip(".,!?;:\"'") for w in words]
+
+
+def cut_restart(words: list[str], segment_ends: frozenset[int] = frozenset()) -> list[str] | None:
     """The words up to a sentence end after which the transcript starts over, or None.
 
     Whisper, given silence after the speech in a short context, sometimes reads the speech again:
     "Can you tell me a fun fact about octopuses? Can you tell me a fun fact about o". When the
-    words after a ".", "?" or "!" are the words before it again (at least
+    words after a ".", "?" or "!" (or after the end of one of Whisper's segments: the index of the
+    word after it is in ``segment_ends``) are the words before it again (at least
     :data:`RESTART_MIN_WORDS` of them, as often as they fit, the last one possibly cut short), the
     first reading is the transcript.
     """
-    keys = [w.lower().strip(".,!?;:\"'") for w in words]
+    keys = _keys(words)
     for end in range(RESTART_MIN_WORDS, len(words) - 1):
-        if not words[end - 1].endswith((".", "?", "!")):
+        if not words[end - 1].endswith((".", "?", "!")) and end not in segment_ends:
             continue
         again = keys[end:]  # the first reading again, maybe more than once, the last word maybe cut
         if len(again) < min(RESTART_MIN_WORDS, end):
@@ -146,6 +163,49 @@ def cut_restart(words: list[str]) -> list[str] | None:
         if again[:-1] == first[:-1] and first[-1].startswith(again[-1]):
             return words[:end]
     return None
+
+
+def first_period(words: list[str]) -> list[str] | None:
+    """The phrase a transcript only repeats, or None.
+
+    A short context sometimes makes Whisper say a short turn over and over until its token budget
+    ends: "say that again say that again say that again say" or "Good morning. Good morning.".
+    When the words (at least four) are one phrase said at least twice, the last time possibly cut
+    short, the phrase once is the transcript: ["say", "that", "again"].
+    """
+    keys = _keys(words)
+    for n in range(1, len(keys) // 2 + 1):
+        if len(keys) < max(4, 2 * n):
+            break
+        if all(keys[k] == keys[k % n] for k in range(n, len(keys) - 1)) and keys[(len(keys) - 1) % n].startswith(
+            keys[-1]
+        ):
+            return words[:n]
+    return None
+
+
+def text_log_prob(result: Any, tokenizer: Any) -> float:
+    """Mean log-probability of the words of a pass and its end token, timestamps left out.
+
+    Whisper's reliability rule (:data:`LOG_PROB_MIN`) was set on passes without timestamps; the
+    timestamp tokens are far less certain than the words (on espeak-ng's "And in Mexico?": -1.28
+    with them, -0.85 without) and would turn real speech into silence.
+
+    Args:
+        result: a CTranslate2 ``WhisperGenerationResult`` made with ``return_logits_vocab=True``
+            (one row of 51,864 logits per decoding step, the last one the end token's unless the
+            budget ran out).
+        tokenizer: the pass's faster-whisper ``Tokenizer``.
+    """
+    chosen = [*result.sequences_ids[0], tokenizer.eot]
+    log_probs = []
+    for token, step in zip(chosen, result.logits[0], strict=False):
+        if token >= tokenizer.timestamp_begin:
+            continue
+        logits = np.asarray(step, dtype=np.float32)
+        top = float(logits.max())
+        log_probs.append(float(logits[token]) - top - math.log(float(np.exp(logits - top).sum())))
+    return sum(log_probs) / len(log_probs) if log_probs else 0.0
 
 
 def embedded_model_path() -> str:
@@ -321,27 +381,40 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         language = detected if self.detects else self.language if multilingual else None
         self._detected = language
         tokenizer, suppress = self._tokenizer(language)
-        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        prompt = list(tokenizer.sot_sequence)  # with timestamps (see the module doc)
+        budget = TOKENS_MIN + int(TOKENS_PER_S * len(samples) / 16_000)
         result = whisper.model.generate(
             encoded,
             [prompt],
             beam_size=max(1, self.config.stt_beam_size),
-            max_length=min(whisper.max_length, len(prompt) + TOKENS_MIN + int(TOKENS_PER_S * len(samples) / 16_000)),
-            return_scores=True,
+            max_length=min(whisper.max_length, len(prompt) + budget),
+            return_logits_vocab=True,
             return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=suppress,
         )[0]
-        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
-        text = tokenizer.decode(tokens).strip()
-        avg_log_prob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        words: list[str] = []
+        segment_ends: set[int] = set()  # index of the first word after each segment
+        tokens: list[int] = []
+        segment: list[int] = []
+        for token in [*result.sequences_ids[0], tokenizer.timestamp_begin]:
+            if token >= tokenizer.timestamp_begin:  # a segment's start or end
+                words += tokenizer.decode(segment).split()
+                segment_ends.add(len(words))
+                segment = []
+            elif token < tokenizer.eot:
+                segment.append(token)
+                tokens.append(token)
+        text = " ".join(words)
+        avg_log_prob = text_log_prob(result, tokenizer)
         language = language or "en"
         if result.no_speech_prob > NO_SPEECH_MIN and avg_log_prob < LOG_PROB_MIN:
             return "", language
-        looping = is_looping(tokens, text.split())
-        if looping and (first := cut_restart(text.split())) is not None and not is_looping([], first):
-            logger.debug("short-context pass read the speech again (%r); keeping the first reading", text)
-            text, looping = " ".join(first), False
+        once = first_period(words) or cut_restart(words, frozenset(segment_ends))
+        if once is not None and not is_looping([], once):
+            logger.debug("short-context pass said the speech more than once (%r); keeping it once", text)
+            text = " ".join(once)
+        looping = (once is None or is_looping([], once)) and is_looping(tokens, words)
         if looping or get_compression_ratio(text) > COMPRESSION_RATIO_MAX:
             self.full_window_passes += 1
             logger.debug("short-context pass unreliable (%r); using the full window", text)

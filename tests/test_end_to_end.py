@@ -146,3 +146,23 @@ def test_sigint_stops_all_threads(tmp_path: Path) -> None:
     assert "threads still running" not in stderr  # every thread joined within the 2 s budget
     assert "Traceback" not in stderr
     assert (tmp_path / "o.wav").is_file()
+
+
+def test_the_console_voice_to_voice_is_the_one_read_from_the_audio(tmp_path: Path) -> None:
+    """One name, one meaning: the program's voice-to-voice (console, metrics) is the end of the
+    user's speech in the input audio to the first reply sound in the output, as every benchmark
+    reads it from the files. On this clip the VAD's own end of speech had been 190 ms late."""
+    from speech_to_speech.testing.bench import first_sound_s, read_mono, speech_end_s
+
+    clip = next(path for path in CLIPS if path.name.endswith("-0870.wav"))
+    out = tmp_path / "out.wav"
+    result = run_pipeline(
+        "--input_audio", str(clip), "--output_audio", str(out), "--transcript", str(tmp_path / "t.jsonl")
+    )
+    assert result.returncode == 0, result.stderr
+    metrics = [e for e in read_events(tmp_path / "t.jsonl") if e["event"] == "turn_metrics"]
+    assert len(metrics) == 1, metrics
+    speech_end, first_sound = speech_end_s(*read_mono(clip)), first_sound_s(*read_mono(out))
+    assert speech_end is not None and first_sound is not None
+    from_files_ms = 1000 * (first_sound - speech_end)
+    assert abs(metrics[0]["voice_to_voice_ms"] - from_files_ms) <= 80, (metrics[0]["voice_to_voice_ms"], from_files_ms)

@@ -233,6 +233,21 @@ def test_first_audio_is_published_once_per_turn(rig_factory: Callable[..., SinkR
     assert len(rig.sink.writes) == 5
 
 
+def test_first_audio_is_the_first_sound_not_the_first_chunk(rig_factory: Callable[..., SinkRig]) -> None:
+    """Voice-to-voice ends at the reply's first sample above -60 dBFS, as the benchmarks read it
+    from the audio: a silent chunk is not its first audio, and the leading silence of the chunk
+    that sounds is counted."""
+    rig = rig_factory(sample_rate=RATE)
+    stamp = rig.gate.new_turn_stamp()
+    sounding = np.concatenate([np.zeros(RATE // 10, np.float32), tone(0.1)])  # 100 ms of silence, then sound
+    rig.feed(audio(stamp, 0.05, value=0.0005), AudioOutput(stamp, sounding, RATE), EndOfResponse(stamp))
+    rig.sink.start()
+    rig.finish()
+    (first,) = rig.log.of(FirstAudio)
+    second_write = rig.sink.writes[1]
+    assert first.time == pytest.approx(second_write.start + 0.1, abs=1e-6)
+
+
 def test_cancel_stops_delivery_of_chunks_already_scheduled(rig_factory: Callable[..., SinkRig]) -> None:
     rig = rig_factory(sample_rate=RATE)
     stamp = rig.gate.new_turn_stamp()

@@ -189,8 +189,10 @@ def test_vad_stage_emits_one_segment_with_fresh_turn() -> None:
     assert gate.admits(segment.stamp)
     assert gate.turns.latest_revision(segment.stamp.turn_id) == 0
     assert segment.stream_end_offset == 20 * CHUNK_SAMPLES
-    # the last speech chunk (index 19) arrived in item 9
-    assert segment.speech_end_time == items[9].time
+    # the speech ends with the segment's last loud 20 ms frame (core.audio.speech_end_index): the
+    # segment starts at stream sample 3584, so at sample 3584 + 21 x 320 = 10304, which arrived in
+    # item 10 (samples 10240-11263, its time that of its last sample)
+    assert segment.speech_end_time == pytest.approx(items[10].time - (11264 - 10304) / SAMPLE_RATE)
     assert segment.endpoint_time >= segment.speech_end_time
 
     kinds = [type(e) for e in events]

@@ -54,6 +54,42 @@ def rms(samples: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(samples, dtype=np.float32)))) if len(samples) else 0.0
 
 
+#: the level above which a reply sample is its first sound: |x| > 0.001 (-60 dBFS)
+FIRST_SOUND = 1e-3
+#: frames of :func:`speech_end_index`, ms; speech is a frame louder than the peak frame less this
+#: many dB and than :data:`SPEECH_FLOOR_FACTOR` x the noise floor (the 10th percentile of frame RMS)
+SPEECH_FRAME_MS = 20
+SPEECH_BELOW_PEAK_DB = 30.0
+SPEECH_FLOOR_FACTOR = 2.5
+
+
+def speech_end_index(samples: np.ndarray, rate: int, frame_ms: int = SPEECH_FRAME_MS) -> int | None:
+    """Where the speech in ``samples`` ends: the end of the last ``frame_ms`` frame whose RMS is above
+    ``max(peak frame - 30 dB, 2.5 x noise floor)``; None when there are no whole frames.
+
+    The one definition of the end of the user's speech: the pipeline's voice-to-voice starts there
+    (the VAD applies it to each utterance it endpoints) and so does every benchmark's, read from
+    the input audio. Args: float samples in [-1, 1], shape ``(n,)``, at ``rate`` Hz. Returns a
+    sample index in ``0..n``.
+    """
+    frame = rate * frame_ms // 1000
+    count = len(samples) // frame if frame else 0
+    if count == 0:
+        return None
+    frames = np.asarray(samples[: count * frame], dtype=np.float64).reshape(count, frame)
+    levels = np.sqrt((frames**2).mean(axis=1))
+    threshold = max(levels.max() * 10 ** (-SPEECH_BELOW_PEAK_DB / 20), SPEECH_FLOOR_FACTOR * np.percentile(levels, 10))
+    loud = np.flatnonzero(levels > threshold)
+    return int(loud[-1] + 1) * frame if len(loud) else None
+
+
+def first_sound_index(samples: np.ndarray, threshold: float = FIRST_SOUND) -> int | None:
+    """Index of the first sample with ``|x| > threshold`` (:data:`FIRST_SOUND`, -60 dBFS), None if
+    all is silence: where a reply's first audio is, in the sink and in every benchmark."""
+    loud = np.flatnonzero(np.abs(samples) > threshold)
+    return int(loud[0]) if len(loud) else None
+
+
 class StreamResampler:
     """One mono stream resampled chunk by chunk (soxr's streaming resampler, its default quality).
 

@@ -210,7 +210,9 @@ class FirstChunk(Event):
 
 @dataclass
 class FirstAudio(Event):
-    """The first assistant audio of a turn reached the sink.
+    """The first sound of a turn's reply reached the sink: ``time`` is when its first sample above
+    -60 dBFS (:data:`~speech_to_speech.core.audio.FIRST_SOUND`) plays (monotonic s, maybe a few
+    ms ahead), where voice-to-voice ends.
 
     Attributes:
         engine: the TTS engine that spoke it (e.g. ``"espeak-ng"``), "" when not told.

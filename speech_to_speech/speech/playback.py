@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from speech_to_speech.core.audio import StreamResampler, rms
+from speech_to_speech.core.audio import StreamResampler, first_sound_index, rms
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import FirstAudio, ReplyWords, ResponseDone, ResponseInterrupted
 from speech_to_speech.core.handler import BaseHandler
@@ -180,6 +180,7 @@ class PacedAudioSink(BaseHandler):
         self._play_end = 0.0
         self._resampler: StreamResampler | None = None
         self._turns_with_audio: set[int] = set()
+        self._turns_heard: set[int] = set()  # turns whose first sound was scheduled (FirstAudio)
         self._played: list[_Played] = []
         self._lock = threading.Lock()
         self._paused_at: float | None = None
@@ -259,11 +260,14 @@ class PacedAudioSink(BaseHandler):
         if self.paused:
             self._held.append(("audio", item, samples))
             return
-        if item.stamp.turn_id not in self._turns_with_audio:
-            self._turns_with_audio.add(item.stamp.turn_id)
-            self.bus.publish(FirstAudio(item.stamp.turn_id, engine=item.engine, language=item.language))
+        self._turns_with_audio.add(item.stamp.turn_id)
         start = max(now, self._play_end)
         self._play_end = start + len(samples) / self.sample_rate
+        turn = item.stamp.turn_id
+        if turn not in self._turns_heard and (index := first_sound_index(samples)) is not None:
+            self._turns_heard.add(turn)
+            at = start + index / self.sample_rate  # its first sound, as the benchmarks read it from the audio
+            self.bus.publish(FirstAudio(turn, engine=item.engine, language=item.language, time=at))
         self.schedule.put(start - self.lead_s, ("audio", item, samples, start))
 
     def _release(self) -> None:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from speech_to_speech.core.audio import FIRST_SOUND, first_sound_index, speech_end_index
 from speech_to_speech.testing import REPO_ROOT
 
 #: the Debian package that ships the LibriVox clips
@@ -292,34 +293,18 @@ class Child:
 
 
 def speech_end_s(samples: Any, rate: int, frame_ms: int = 20) -> float | None:
-    """End of the last frame of speech: RMS above ``max(peak - 30 dB, 2.5 x noise floor)``."""
+    """End of the last frame of speech, s (:func:`speech_to_speech.core.audio.speech_end_index`)."""
     import numpy as np
 
-    frame = rate * frame_ms // 1000
-    count = len(samples) // frame
-    if count == 0:
-        return None
-    rms = np.sqrt((np.asarray(samples[: count * frame], dtype=np.float64).reshape(count, frame) ** 2).mean(axis=1))
-    threshold = max(rms.max() * 10 ** (-30 / 20), 2.5 * np.percentile(rms, 10))
-    loud = np.flatnonzero(rms > threshold)
-    return (loud[-1] + 1) * frame / rate if len(loud) else None
-
-
-#: a reply sample louder than this (|x|, -60 dBFS) is its first sound
-FIRST_SOUND = 1e-3
-
-
-def first_sound_index(samples: Any, threshold: float = FIRST_SOUND) -> int | None:
-    """Index of the first sample with ``|x| > threshold``, None if all is silence."""
-    import numpy as np
-
-    loud = np.flatnonzero(np.abs(samples) > threshold)
-    return int(loud[0]) if len(loud) else None
+    index = speech_end_index(np.asarray(samples), rate, frame_ms)
+    return None if index is None else index / rate
 
 
 def first_sound_s(samples: Any, rate: int, threshold: float = FIRST_SOUND) -> float | None:
     """Time of the first sample with ``|x| > threshold``, s, None if all is silence."""
-    index = first_sound_index(samples, threshold)
+    import numpy as np
+
+    index = first_sound_index(np.asarray(samples), threshold)
     return None if index is None else index / rate
 
 

@@ -55,12 +55,14 @@ class Endpoint:
             endpoint confirms it (its audio is the same speech).
         by: what ended it: :data:`BY_MODEL`, :data:`BY_SILENCE`, :data:`BY_MAX_SPEECH` or
             :data:`BY_END_OF_INPUT`.
+        end_offset: stream sample index just after ``samples`` (-1: not known).
     """
 
     samples: np.ndarray
     speech_end_offset: int
     confirms_speculation: bool = False
     by: str = BY_SILENCE
+    end_offset: int = -1
 
 
 @dataclass
@@ -70,10 +72,12 @@ class Speculation:
     Attributes:
         samples: float32 audio so far, including pre-roll and end padding (as an endpoint would).
         speech_end_offset: stream sample index where speech ended (before padding).
+        end_offset: stream sample index just after ``samples``.
     """
 
     samples: np.ndarray
     speech_end_offset: int
+    end_offset: int
 
 
 #: returned by :meth:`Endpointer.feed` when speech resumes after a :class:`Speculation`
@@ -196,7 +200,7 @@ class Endpointer:
             return RESUMED
         if self._silent_run == self.speculative_chunks and self.speculative_chunks and long_enough:
             self._speculated = True
-            return Speculation(self._kept_audio(), self._last_speech_end)
+            return Speculation(self._kept_audio(), self._last_speech_end, self._kept_end())
         return None
 
     def shorten(self, silence_ms: int) -> None:
@@ -227,11 +231,16 @@ class Endpointer:
         """Chunks of the utterance kept at its end: trailing silence beyond the padding is cut."""
         return len(self._chunks) - max(0, self._silent_run - self._pad_chunks)
 
+    def _kept_end(self) -> int:
+        """Stream sample index just after the kept chunks (:meth:`_kept_chunks`)."""
+        return self._offset - (len(self._chunks) - self._kept_chunks()) * self.chunk_samples
+
     def _kept_audio(self) -> np.ndarray:
         return np.concatenate(self._chunks[: self._kept_chunks()]).astype(np.float32, copy=False)
 
     def _finish(self, by: str) -> Endpoint | None:
         keep = self._kept_chunks()
+        end_offset = self._kept_end()
         chunks = self._chunks[:keep]
         long_enough = self._speech_chunks >= self._min_speech_chunks
         speech_end = self._last_speech_end
@@ -246,4 +255,4 @@ class Endpointer:
         self._short_silence_chunks = 0
         if not long_enough or not chunks:
             return None
-        return Endpoint(np.concatenate(chunks).astype(np.float32, copy=False), speech_end, confirms, by)
+        return Endpoint(np.concatenate(chunks).astype(np.float32, copy=False), speech_end, confirms, by, end_offset)

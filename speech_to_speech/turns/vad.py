@@ -21,6 +21,7 @@ Two things happen before an endpoint, to save time after it:
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from speech_to_speech.core.audio import speech_end_index
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import (
     SpeechDiscarded,
@@ -76,6 +78,11 @@ __all__ = [
     "TranscriptEndsTurn",
     "VADConfig",
 ]
+
+
+#: input blocks whose arrival the VAD remembers, to time the end of speech by (a microphone's
+#: 32 ms blocks: 8 s; the end of speech is at most the endpoint's silence before the newest)
+ARRIVALS_KEPT = 256
 
 
 @dataclass
@@ -198,7 +205,9 @@ class BaseVADHandler(BaseHandler):
         self.device = device
         self.endpointer = Endpointer(config)
         self._pending = np.zeros(0, dtype=np.float32)
-        self._speech_end_time = 0.0
+        self._speech_end_time = 0.0  # when the last chunk the VAD called speech arrived
+        #: (endpointer offset just after an input block, when it arrived), newest last
+        self._arrivals: collections.deque[tuple[int, float]] = collections.deque(maxlen=ARRIVALS_KEPT)
         self._stamp: Stamp | None = None
         self._last: tuple[Stamp, np.ndarray, int] | None = None  # last segment: stamp, audio, end offset
         self._prefix = np.zeros(0, dtype=np.float32)
@@ -284,6 +293,7 @@ class BaseVADHandler(BaseHandler):
         if self.canceller is not None:
             samples = self.canceller.process(samples, item.time)
         self._pending = np.concatenate([self._pending, samples])
+        self._arrivals.append((self.endpointer.offset + len(self._pending), item.time))
         while len(self._pending) >= CHUNK_SAMPLES:
             chunk, self._pending = self._pending[:CHUNK_SAMPLES], self._pending[CHUNK_SAMPLES:]
             probability = self.speech_probability(chunk)  # always: the model's state follows the stream
@@ -415,13 +425,14 @@ class BaseVADHandler(BaseHandler):
         self.speculation.open(stamp)
         samples = np.concatenate([self._prefix, speculation.samples]) if len(self._prefix) else speculation.samples
         now = time.monotonic()
+        speech_end = self._speech_end(samples, speculation.end_offset, now)
         end_ms = 1000 * speculation.speech_end_offset / SAMPLE_RATE
         self.bus.publish(TurnSpeculated(stamp.turn_id, revision=stamp.revision, audio_ms=end_ms))
         yield SpeechSegment(
             stamp=stamp,
             samples=samples,
             sample_rate=SAMPLE_RATE,
-            speech_end_time=self._speech_end_time or now,
+            speech_end_time=speech_end,
             endpoint_time=now,
             stream_end_offset=speculation.speech_end_offset,
             respond=self.create_response,
@@ -439,6 +450,31 @@ class BaseVADHandler(BaseHandler):
         if self.speculation is not None:
             self.speculation.discard(previous)
         self.bus.publish(TurnSuperseded(previous.turn_id, revision=revision))
+
+    def _speech_end(self, samples: np.ndarray, end_offset: int, now: float) -> float:
+        """When the speech in an utterance's ``samples`` ended (monotonic s): the end of its last
+        loud frame (:func:`~speech_to_speech.core.audio.speech_end_index`, the definition every
+        benchmark reads from the input audio), timed by when that sample arrived. Falls back to
+        when the last chunk the VAD called speech arrived (``end_offset`` unknown, no loud frame).
+
+        Args:
+            samples: the utterance, float32 at 16 kHz, ending at stream offset ``end_offset``.
+            end_offset: the endpointer's sample index just after ``samples`` (-1: not known).
+            now: the time of the endpoint (monotonic s), the latest the speech can have ended.
+        """
+        index = speech_end_index(samples, SAMPLE_RATE)
+        if index is None or end_offset < 0:
+            return self._speech_end_time or now
+        offset = end_offset - (len(samples) - index)
+        block: tuple[int, float] | None = None  # the block the sample arrived in: the first to end after it
+        for arrival in reversed(self._arrivals):
+            if arrival[0] < offset:
+                break
+            block = arrival
+        if block is None:
+            return self._speech_end_time or now
+        # the block's time is its last sample's: less the samples after this one
+        return min(now, block[1] - (block[0] - offset) / SAMPLE_RATE)
 
     # -- endpoints ---------------------------------------------------------------------------
     def on_end_of_stream(self) -> Iterator[SpeechSegment]:
@@ -459,7 +495,8 @@ class BaseVADHandler(BaseHandler):
         self._last = None if endpoint.by == BY_MAX_SPEECH else (stamp, samples, self.endpointer.offset)
         now = time.monotonic()
         self._last_time = now
-        delay_ms = (now - self._speech_end_time) * 1000 if self._speech_end_time else 0.0
+        speech_end = self._speech_end(samples, endpoint.end_offset, now)
+        delay_ms = (now - speech_end) * 1000
         duration_ms = 1000 * len(samples) / SAMPLE_RATE
         end_ms = 1000 * endpoint.speech_end_offset / SAMPLE_RATE
         self.bus.publish(
@@ -480,7 +517,7 @@ class BaseVADHandler(BaseHandler):
             stamp=stamp,
             samples=samples,
             sample_rate=SAMPLE_RATE,
-            speech_end_time=self._speech_end_time or now,
+            speech_end_time=speech_end,
             endpoint_time=now,
             stream_end_offset=endpoint.speech_end_offset,
             respond=self.create_response,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from speech_to_speech.core.audio import CHUNK_SAMPLES
 from speech_to_speech.core.cancel import Gate, Stamp
 from speech_to_speech.core.events import (
     Event,
@@ -178,8 +179,13 @@ def test_vad_without_a_hold_does_not_speculate() -> None:
 def test_vad_sends_partials_during_speech_only() -> None:
     config = dataclasses.replace(SPECULATIVE, partial_interval_ms=int(4 * MS_PER_CHUNK), max_speech_ms=10_000)
     out, _, _, _ = run_speculative_vad([SILENCE] * 2 + [SPEECH] * 17 + [SILENCE] * 16, config)
-    partials = [item for item in out if isinstance(item, PartialSpeech)]
+    everything = [item for item in out if isinstance(item, PartialSpeech)]
+    partials = [p for p in everything if p.speech_end_offset < 0]
     assert len(partials) == 4  # every 4 chunks of speech: after 4, 8, 12, 16
+    # and once the speech stopped (2 silent chunks), the final pass ahead, over all of it
+    ahead = [p for p in everything if p.speech_end_offset >= 0]
+    assert len(ahead) == 1 and ahead[0].speech_end_offset == 19 * CHUNK_SAMPLES
+    assert ahead[0].stamp == partials[0].stamp and len(ahead[0].samples) > len(partials[-1].samples)
     lengths = [len(p.samples) for p in partials]
     assert lengths == sorted(lengths) and len(set(lengths)) == 4
     assert all(p.stamp == partials[0].stamp for p in partials)
@@ -341,6 +347,26 @@ def test_a_partial_that_would_delay_the_final_is_skipped() -> None:
     assert stt.calls == 1 and stt.partials_skipped == 1
     list(stt.process(partial(gate, 1, deadline_s=0.5)))
     assert stt.calls == 2
+
+
+def test_the_final_pass_done_ahead_is_the_transcript_of_the_segment_that_ends_there() -> None:
+    stt, _, events, gate = make_stt(text="one two three")
+    stamp = gate.new_turn_stamp()
+    now = time.monotonic()
+    speech = np.zeros(3 * 16_000, np.float32)
+    # the speech stopped at sample 48,000 (a partial is skipped past its deadline, this pass is not)
+    list(stt.process(PartialSpeech(stamp, speech, 16_000, now, now - 1.0, speech_end_offset=48_000)))
+    assert stt.calls == 1
+    assert [e.text for e in events if isinstance(e, UserTranscriptDelta)] == ["one two three"]
+    padded = np.zeros(3 * 16_000 + 3_200, np.float32)  # the segment: the same speech, its padding after
+    out = list(stt.process(SpeechSegment(stamp, padded, 16_000, now, now, stream_end_offset=48_000)))
+    assert stt.calls == 1 and stt.finals_ahead == 1  # no second pass
+    assert isinstance(out[0], Transcript) and out[0].text == "one two three"
+    # speech went on after that pause: the segment that ends later is transcribed anew
+    list(stt.process(PartialSpeech(stamp, speech, 16_000, now, now, speech_end_offset=48_000)))
+    longer = np.zeros(5 * 16_000, np.float32)
+    out = list(stt.process(SpeechSegment(stamp, longer, 16_000, now, now, stream_end_offset=70_000)))
+    assert stt.calls == 3 and stt.finals_ahead == 1
 
 
 def test_stale_partials_are_not_transcribed() -> None:

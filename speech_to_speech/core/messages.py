@@ -160,6 +160,10 @@ class PartialSpeech(Message):
         time: monotonic time when the last chunk of ``samples`` arrived.
         deadline: monotonic time before which the turn's next segment cannot reach the STT
             (the VAD needs that much silence first); a partial pass should end before it.
+        speech_end_offset: -1 for a partial of speech that goes on; else the speech stopped at
+            this stream sample index (a short silence followed it), and the pass is the turn's
+            final one done ahead: the STT keeps its transcript for a segment of ``stamp`` whose
+            speech ends there, and runs it even past ``deadline``.
     """
 
     stamp: Stamp
@@ -167,6 +171,7 @@ class PartialSpeech(Message):
     sample_rate: int
     time: float
     deadline: float
+    speech_end_offset: int = -1
 
 
 @dataclass

@@ -156,6 +156,16 @@ class Endpointer:
         """Silent chunks since speech was last heard in the utterance in progress (0 outside one)."""
         return self._silent_run if self.in_speech else 0
 
+    @property
+    def speech_end_offset(self) -> int:
+        """Stream sample index where the speech of the utterance in progress last ended (-1 outside one)."""
+        return self._last_speech_end if self.in_speech else -1
+
+    @property
+    def long_enough(self) -> bool:
+        """The utterance in progress has enough speech to be a turn (``min_speech_ms``)."""
+        return self.in_speech and self._speech_chunks >= self._min_speech_chunks
+
     def utterance_audio(self) -> np.ndarray:
         """float32 audio of the utterance in progress so far (pre-roll included; empty outside one)."""
         if not self.in_speech or not self._chunks:

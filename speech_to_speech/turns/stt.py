@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import EmptyTranscript, UserTranscript, UserTranscriptDelta
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import PartialSpeech, SpeechSegment, Transcript
@@ -182,6 +183,10 @@ class BaseSTTHandler(BaseHandler):
         #: partial passes run and skipped (behind or too close to the deadline)
         self.partials_run = 0
         self.partials_skipped = 0
+        #: the final pass done ahead at the end of speech: (stamp, speech end offset, text, language)
+        self._ahead: tuple[Stamp, int, str, str | None] | None = None
+        #: segments whose transcript was the pass done ahead
+        self.finals_ahead = 0
 
     def setup(self) -> None:
         self.load()
@@ -236,11 +241,18 @@ class BaseSTTHandler(BaseHandler):
         if not self.gate.admits(item.stamp):
             return
         start = time.monotonic()
-        transcribe = self.transcribe_during_reply if item.during_reply else self.transcribe
-        # the user waits for this pass: work done ahead gives way, and the LLM keeps off its core
-        with CRITICAL.running():
-            text, language = transcribe(item.samples, item.sample_rate)
-        stt_ms = self._timed(len(item.samples), start)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[:2] == (item.stamp, item.stream_end_offset) and not item.during_reply:
+            # the pass at the end of speech heard all of it: the endpoint to here is this pass's wait
+            _, _, text, language = ahead
+            stt_ms = max(0.0, start - item.endpoint_time) * 1000
+            self.finals_ahead += 1
+        else:
+            transcribe = self.transcribe_during_reply if item.during_reply else self.transcribe
+            # the user waits for this pass: work done ahead gives way, and the LLM keeps off its core
+            with CRITICAL.running():
+                text, language = transcribe(item.samples, item.sample_rate)
+            stt_ms = self._timed(len(item.samples), start)
         text = text.strip()
         if not text:
             logger.info("turn %d: empty transcript, no response", item.stamp.turn_id)
@@ -274,6 +286,10 @@ class BaseSTTHandler(BaseHandler):
         if not self.supports_partials or not self.gate.admits(item.stamp):
             return
         behind = self.input_queue is not None and not self.input_queue.empty()
+        if item.speech_end_offset >= 0:
+            if not behind:
+                self._pass_ahead(item)
+            return
         late = time.monotonic() + self.predicted_pass_ms(len(item.samples)) / 1000 > item.deadline
         if behind or late:
             logger.debug("turn %d: partial skipped (%s)", item.stamp.turn_id, "behind" if behind else "too slow")
@@ -294,3 +310,22 @@ class BaseSTTHandler(BaseHandler):
         self.bus.publish(
             UserTranscriptDelta(item.stamp.turn_id, text=text, delta=delta, stt_ms=stt_ms, audio_ms=audio_ms)
         )
+
+    def _pass_ahead(self, item: PartialSpeech) -> None:
+        """The final pass over speech that stopped, done before its endpoint: kept for the segment
+        that ends there (:meth:`process`), and announced as a partial transcript."""
+        start = time.monotonic()
+        with CRITICAL.running():  # the turn's own final pass: the user will wait for it
+            text, language = self.transcribe(item.samples, item.sample_rate)
+        stt_ms = self._timed(len(item.samples), start)
+        text = text.strip()
+        self._ahead = (item.stamp, item.speech_end_offset, text, language)
+        logger.debug(
+            "turn %d: final pass ahead over %d samples in %.0f ms", item.stamp.turn_id, len(item.samples), stt_ms
+        )
+        if text and self.gate.admits(item.stamp):
+            delta = self.deltas.partial(item.stamp.turn_id, text)
+            audio_ms = 1000 * len(item.samples) / item.sample_rate
+            self.bus.publish(
+                UserTranscriptDelta(item.stamp.turn_id, text=text, delta=delta, stt_ms=stt_ms, audio_ms=audio_ms)
+            )

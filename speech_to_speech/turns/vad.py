@@ -80,6 +80,10 @@ __all__ = [
 ]
 
 
+#: silent chunks (32 ms each) after a turn's speech at which its final STT pass is done ahead, before
+#: the pause that asks the end-of-turn model (``speculative_silence_ms``, 200 ms) and the endpoint:
+#: two, so that a dip between two words does not start one
+AHEAD_SILENCE_CHUNKS = 3
 #: input blocks whose arrival the VAD remembers, to time the end of speech by (a microphone's
 #: 32 ms blocks: 8 s; the end of speech is at most the endpoint's silence before the newest)
 ARRIVALS_KEPT = 256
@@ -320,6 +324,8 @@ class BaseVADHandler(BaseHandler):
                     self.bus.publish(SpeechDiscarded(stamp.turn_id, speech_ms=speech_ms))
             if self._partial_due():
                 yield self._partial(item.time)
+            elif self._ahead_due():
+                yield self._partial(item.time, ahead=True)
 
     def _start_turn(self) -> None:
         grace = self.config.turn_grace_ms * SAMPLE_RATE // 1000
@@ -368,7 +374,20 @@ class BaseVADHandler(BaseHandler):
             and (self.output_queue is None or self.output_queue.empty())
         )
 
-    def _partial(self, now: float) -> PartialSpeech:
+    def _ahead_due(self) -> bool:
+        """The speech of a turn long enough stopped :data:`AHEAD_SILENCE_CHUNKS` chunks ago, partial
+        transcripts are on, the STT has nothing waiting and no reply plays: time for the final
+        pass, done ahead of the endpoint (see :class:`~speech_to_speech.core.messages.PartialSpeech`)."""
+        return (
+            self.config.partial_interval_ms > 0
+            and self._stamp is not None
+            and not self._during_reply  # that speech's final pass is another one (a backchannel's)
+            and self.endpointer.silent_run == AHEAD_SILENCE_CHUNKS
+            and self.endpointer.long_enough
+            and (self.output_queue is None or self.output_queue.empty())
+        )
+
+    def _partial(self, now: float, ahead: bool = False) -> PartialSpeech:
         assert self._stamp is not None
         self._partial_offset = self.endpointer.offset
         audio = self.endpointer.utterance_audio()
@@ -379,7 +398,14 @@ class BaseVADHandler(BaseHandler):
             silence_ms = self.config.speculative_silence_ms or DEFAULT_PAUSE_MS
         else:
             silence_ms = self.config.min_silence_ms
-        return PartialSpeech(self._stamp, samples, SAMPLE_RATE, time=now, deadline=now + silence_ms / 1000)
+        end = -1
+        if (
+            ahead
+        ):  # the silence after the speech, as long as the segment's padding will be (zeros for what is yet to come)
+            end = self.endpointer.speech_end_offset
+            missing = self.config.speech_pad_ms * SAMPLE_RATE // 1000 - (self.endpointer.offset - end)
+            samples = np.concatenate([samples, np.zeros(max(0, missing), dtype=np.float32)])
+        return PartialSpeech(self._stamp, samples, SAMPLE_RATE, now, now + silence_ms / 1000, speech_end_offset=end)
 
     # -- pauses: the end-of-turn model, speculative turns ----------------------------------------
     def _pause(self, pause: Speculation) -> Iterator[SpeechSegment]:

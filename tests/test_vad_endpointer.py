@@ -272,3 +272,19 @@ def test_speech_that_never_pauses_is_cut_into_turns_of_at_most_max_speech() -> N
     assert len(segments) >= 4
     assert all(length <= (max_chunks + PAD) * CHUNK_SAMPLES for length in lengths), lengths
     assert len({s.stamp.turn_id for s in segments}) == len(segments)
+
+
+def test_the_end_of_speech_is_the_last_frame_within_30_db_of_the_peak() -> None:
+    """core.audio.speech_end_index, the one definition of the end of speech (the VAD's and every
+    benchmark's): a breath 40 dB below the speech after it is not speech; the speech's own last
+    frame is, to the 20 ms frame."""
+    from speech_to_speech.core.audio import speech_end_index
+
+    rng = np.random.default_rng(0)
+    samples = (0.0005 * rng.standard_normal(2 * SAMPLE_RATE)).astype(np.float32)
+    t = np.arange(12_000) / SAMPLE_RATE
+    samples[8_000:20_000] += (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)  # speech, 0.5-1.25 s
+    samples[20_000:24_000] += (0.003 * np.sin(2 * np.pi * 220 * t[:4_000])).astype(np.float32)  # -40 dB
+    end = speech_end_index(samples, SAMPLE_RATE)
+    assert end is not None and 20_000 <= end <= 20_000 + 320
+    assert speech_end_index(np.zeros(100, np.float32), SAMPLE_RATE) is None  # not one whole frame

@@ -329,3 +329,18 @@ def test_unknown_local_tool_is_skipped_not_fatal() -> None:
     out = ask(llm, "Go")
     assert not any(isinstance(m, ToolCallRequest) for m in out)
     assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
+
+
+def test_the_cut_of_a_reopened_turn_s_first_reply_leaves_its_new_reply_alone() -> None:
+    """ "Hi there," is endpointed and answered, then the user goes on: the turn's next revision gets
+    its own reply. The first reply's cut (nothing of it heard), handled after that, must not cut
+    the new one (it had left "[interrupted by the user]" in its place)."""
+    llm, _ = make_llm(Script(["Hello!"]), Script(["Paris."]))
+    first = llm.gate.new_turn_stamp()
+    ask(llm, "Hi there.", first)
+    reopened = llm.gate.stamp(first.turn_id, llm.gate.turns.revise(first.turn_id))
+    ask(llm, "Hi there, what is the capital of France?", reopened)
+    llm.apply_heard_text(first.turn_id, "", first.revision)  # the first reply's cut, late
+    assert history(llm)[-1] == ("assistant", "Paris.")
+    llm.apply_heard_text(first.turn_id, "", reopened.revision)  # the new reply's own cut applies
+    assert history(llm)[-1] != ("assistant", "Paris.")

@@ -57,10 +57,12 @@ def test_mlx_lm_answers_a_spoken_question(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in transcript.read_text().splitlines() if line.strip()]
     users = [e["text"].lower() for e in events if e["event"] == "user_transcript"]
-    assert len(users) == 1 and "capital" in users[0] and "france" in users[0], users
+    # one turn; "Hi there," may be endpointed at its pause and reopened by the rest (a revision)
+    assert len({e["turn_id"] for e in events if e["event"] == "user_transcript"}) == 1, users
+    assert "capital" in users[-1] and "france" in users[-1], users
     replies = [e for e in events if e["event"] == "assistant_text"]
-    assert len(replies) == 1 and replies[0]["error"] is None, replies
-    assert "paris" in replies[0]["text"].lower(), replies[0]["text"]
+    assert replies and replies[-1]["error"] is None, replies
+    assert "paris" in replies[-1]["text"].lower(), replies[-1]["text"]
 
     audio, rate = sf.read(str(out), dtype="float32")
     assert rate == 16_000

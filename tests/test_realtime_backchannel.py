@@ -78,8 +78,11 @@ def test_backchannels_pause_the_reply_which_goes_on_unanswered(server: InProcess
     # the whole reply arrived, each word once
     sent = "".join(e["delta"] for e in r.events if e["type"] == "response.output_audio_transcript.delta")
     assert normalize(sent) == normalize(remove_unspeakable(LONG_REPLY)), sent
-    assert len(r.llm_heard) == 1 and "capital" in r.llm_heard[0].lower(), r.llm_heard
-    assert messages(r.history) == [("user", r.llm_heard[0]), ("assistant", LONG_REPLY)]
+    # the question's last revision is answered ("Hi there," can be endpointed at its pause and
+    # reopened by the rest: the LLM may have begun on that revision, which was dropped unheard)
+    assert "capital" in r.llm_heard[-1].lower(), r.llm_heard
+    assert all(r.llm_heard[-1].lower().startswith(h.lower().rstrip(".?!")) for h in r.llm_heard), r.llm_heard
+    assert messages(r.history) == [("user", r.llm_heard[-1]), ("assistant", LONG_REPLY)]
     # each backchannel paused the audio as it began, and the audio came back
     arrivals = audio_arrivals(r.events, r.times, done["response"]["id"])
     for began, _ in r.said[1:]:

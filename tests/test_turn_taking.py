@@ -171,13 +171,14 @@ def test_backchannels_during_a_reply_leave_it_playing_and_are_not_answered(tmp_p
     assert run.source is not None and not run.source.waited_out
     resumed = run.events(ReplyResumed)
     assert [e.reason for e in resumed] == ["backchannel", "backchannel"], [e.kind for e in run.log.events]
-    assert not run.events(BargeIn) and not run.events(ResponseInterrupted)
+    # (a reply to "Hi there," endpointed at its pause and reopened by the rest is cut unheard)
+    assert not run.events(BargeIn) and not [e for e in run.events(ResponseInterrupted) if e.audio_end_ms > 0]
     check_paused_at_once(run)
     # the reply played to its end, once, and is in history whole; the backchannels are not
-    done = run.events(ResponseDone)
+    done = [e for e in run.events(ResponseDone) if e.error != "cancelled"]  # (the unheard reply to "Hi there,")
     assert [(e.turn_id, e.error) for e in done] == [(1, None)]
-    assert run.llm_stage.heard == [run.events(UserTranscript, 1)[0].text]
-    assert run.history() == [("user", run.llm_stage.heard[0]), ("assistant", LONG_REPLY)]
+    assert run.llm_stage.heard[-1] == run.events(UserTranscript, 1)[-1].text
+    assert run.history() == [("user", run.llm_stage.heard[-1]), ("assistant", LONG_REPLY)]
     # audio resumed after each pause (the reply went on from where it stopped, not from its start)
     for event in resumed:
         after = [d for d in run.deliveries if d.stamp.turn_id == 1 and d.time >= event.time]
@@ -204,7 +205,8 @@ def test_a_real_interruption_cancels_the_reply_and_history_keeps_what_was_heard(
     ]
     assert not late, f"turn 1 audio delivered {1000 * max(late):.0f} ms after the user started speaking"
     # what was heard is the start of the reply, and history holds exactly that
-    interrupted = run.events(ResponseInterrupted, 1)
+    # (a reply to "Hi there," endpointed at its pause and reopened by the rest is cut unheard first)
+    interrupted = [e for e in run.events(ResponseInterrupted, 1) if e.audio_end_ms > 0]
     assert len(interrupted) == 1
     heard = interrupted[0].heard_text
     heard_words, reply_words = normalize(heard), normalize(remove_unspeakable(LONG_REPLY))
@@ -212,11 +214,11 @@ def test_a_real_interruption_cancels_the_reply_and_history_keeps_what_was_heard(
     stop_text = run.events(UserTranscript, 2)[0].text
     assert word_error_rate("wait stop", stop_text) == 0, stop_text
     assert run.history() == [
-        ("user", run.llm_stage.heard[0]),
+        ("user", run.llm_stage.heard[-2]),  # the question's last revision (then "Wait, stop.")
         ("assistant", (heard + INTERRUPTION_MARKER).strip()),
         ("user", stop_text),
         ("assistant", f"You said: {stop_text.rstrip('.')}."),
     ]
-    assert [e.turn_id for e in run.events(ResponseDone)] == [1, 2]
-    assert run.events(ResponseDone, 1)[0].error == "cancelled"
+    assert [e.turn_id for e in run.events(ResponseDone)][-2:] == [1, 2]
+    assert run.events(ResponseDone, 1)[-1].error == "cancelled"
     assert run.events(AssistantText, 2) and any(d.stamp.turn_id == 2 for d in run.deliveries)

@@ -270,10 +270,13 @@ class ResponseInterrupted(Event):
     Attributes:
         heard_text: the words played before the interruption.
         audio_end_ms: how much of the reply's audio was played, ms.
+        revision: the revision of the turn the reply answered (a turn reopened after its
+            endpoint has a later one, with a reply of its own).
     """
 
     heard_text: str = ""
     audio_end_ms: float = 0.0
+    revision: int = 0
 
 
 @dataclass

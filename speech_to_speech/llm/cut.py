@@ -25,13 +25,15 @@ class CutToHeard(StageControl):
     Attributes:
         turn_id: the user turn whose reply was interrupted (or truncated by a client).
         heard: the words the user heard ("" when nothing was: the reply leaves no text).
+        revision: the turn's revision the reply answered (None: whichever reply the turn has).
     """
 
     target: ClassVar[type] = BaseLLMHandler
     turn_id: int
     heard: str
+    revision: int | None = None
 
     def apply(self, stage: BaseLLMHandler) -> None:
         """Cut the history (see :meth:`BaseLLMHandler.apply_heard_text`) and report it."""
-        stage.apply_heard_text(self.turn_id, self.heard)
+        stage.apply_heard_text(self.turn_id, self.heard, self.revision)
         stage.bus.publish(ReplyCut(self.turn_id, heard_text=self.heard))

@@ -144,6 +144,7 @@ class BaseLLMHandler(BaseHandler):
         self._history_lock = threading.Lock()  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
         self._responses: dict[int, list[str | None]] = {}  # turn id -> [response key, assistant item id]
+        self._revisions: dict[int, int] = {}  # turn id -> the revision its latest response answers
         #: calls emitted downstream and not yet shown to the client: call id -> (response key, stored item)
         self._calls_in_flight: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
         self.bus.subscribe(self._on_bus_event)
@@ -293,17 +294,16 @@ class BaseLLMHandler(BaseHandler):
                 return str(item["language"])
         return None
 
-    def apply_heard_text(self, turn_id: int, heard: str) -> None:
+    def apply_heard_text(self, turn_id: int, heard: str, revision: int | None = None) -> None:
         """Cut the assistant's reply to turn ``turn_id`` to the words the user heard.
 
-        Called on barge-in. A reply already in history is shortened; one not yet
-        written is refused (tombstone) and the heard words are stored instead.
-        The interruption is marked so the model knows it was cut off.
-        """
+        Called on barge-in. A reply already in history is shortened; one not yet written is refused
+        (tombstone) and the heard words are stored instead, marked as cut off. The cut of an older
+        ``revision``'s reply (a reopened turn) leaves the newer reply alone."""
         text = (heard.strip() + INTERRUPTION_MARKER).strip()
         with self._history_lock:
             record = self._responses.get(turn_id)
-            if record is None:
+            if record is None or (revision is not None and revision != self._revisions.get(turn_id, revision)):
                 return
             key, item_id = record
             if item_id is not None:
@@ -325,7 +325,9 @@ class BaseLLMHandler(BaseHandler):
             txn.on_rollback(lambda: self.chat.cancel_provisional_generation(st.key))
         with self._history_lock:
             self._responses[st.stamp.turn_id] = [st.key, None]
+            self._revisions[st.stamp.turn_id] = st.stamp.revision
             while len(self._responses) > 4 * self.config.history_turns:
+                self._revisions.pop(next(iter(self._responses)), None)
                 self._responses.pop(next(iter(self._responses)))
         sent = False
         try:

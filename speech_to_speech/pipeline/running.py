@@ -222,7 +222,7 @@ class Pipeline:
         elif isinstance(event, ResponseInterrupted):
             for stage in self.stages:  # the LLM stage (by type: a hand-built chain has no roles)
                 if isinstance(stage, CutToHeard.target) and stage.input_queue is not None:
-                    stage.input_queue.put_first(CutToHeard(event.turn_id, event.heard_text))
+                    stage.input_queue.put_first(CutToHeard(event.turn_id, event.heard_text, event.revision))
 
     def interrupt(self, at: float, report_silent: bool = False, keep: list[int] | None = None) -> None:
         """Barge-in: put an :class:`Interrupt` at the head of every stage's queue.

@@ -373,7 +373,10 @@ class PacedAudioSink(BaseHandler):
         for stamp, pieces in by_stamp.items():
             heard = "".join(p.text for p in pieces if p.start < at).strip()
             audio_end_s = sum(min(p.duration, at - p.start) for p in pieces if p.start < at)
-            self.bus.publish(ResponseInterrupted(stamp.turn_id, heard_text=heard, audio_end_ms=audio_end_s * 1000))
+            cut = ResponseInterrupted(
+                stamp.turn_id, heard_text=heard, audio_end_ms=audio_end_s * 1000, revision=stamp.revision
+            )
+            self.bus.publish(cut)
 
     # -- loop: wait for input or for the next due item -------------------------------
     def _next_item(self) -> Any:

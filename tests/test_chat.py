@@ -581,16 +581,19 @@ def test_replace_user_message_text() -> None:
     assert items[2]["content"] == "a"
 
 
-def test_remove_user_message() -> None:
+def test_remove_message_removes_only_a_message_of_its_role() -> None:
     chat = Chat()
     kept = chat.add_item(user("keep"))
     speculative = chat.add_item(user("speculative"))
     reply = chat.add_item(assistant("a"))
-    assert chat.remove_user_message(speculative["id"])
-    assert not chat.remove_user_message(speculative["id"])
-    assert not chat.remove_user_message(reply["id"])
+    assert chat.remove_message(speculative["id"])
+    assert not chat.remove_message(speculative["id"])
+    assert not chat.remove_message(reply["id"])
     assert [item["id"] for item in chat.items()] == [kept["id"], reply["id"]]
     assert chat.user_turns == 1
+    assert not chat.remove_message(kept["id"], role="assistant")
+    assert chat.remove_message(reply["id"], role="assistant")
+    assert [item["id"] for item in chat.items()] == [kept["id"]]
 
 
 def test_reset_clears_items_and_pending_calls_but_keeps_prompt_and_tombstones() -> None:

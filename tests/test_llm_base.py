@@ -331,16 +331,47 @@ def test_unknown_local_tool_is_skipped_not_fatal() -> None:
     assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
 
 
+QUESTION = "Hi there, what is the capital of France?"
+
+
 def test_the_cut_of_a_reopened_turn_s_first_reply_leaves_its_new_reply_alone() -> None:
     """ "Hi there," is endpointed and answered, then the user goes on: the turn's next revision gets
     its own reply. The first reply's cut (nothing of it heard), handled after that, must not cut
-    the new one (it had left "[interrupted by the user]" in its place)."""
+    the new one (it had left "[interrupted by the user]" in its place), and the unheard first reply
+    leaves history: the turn reads as one question and one answer."""
     llm, _ = make_llm(Script(["Hello!"]), Script(["Paris."]))
     first = llm.gate.new_turn_stamp()
     ask(llm, "Hi there.", first)
     reopened = llm.gate.stamp(first.turn_id, llm.gate.turns.revise(first.turn_id))
-    ask(llm, "Hi there, what is the capital of France?", reopened)
+    ask(llm, QUESTION, reopened)
     llm.apply_heard_text(first.turn_id, "", first.revision)  # the first reply's cut, late
-    assert history(llm)[-1] == ("assistant", "Paris.")
-    llm.apply_heard_text(first.turn_id, "", reopened.revision)  # the new reply's own cut applies
-    assert history(llm)[-1] != ("assistant", "Paris.")
+    assert history(llm) == [("user", QUESTION), ("assistant", "Paris.")]
+    llm.apply_heard_text(first.turn_id, "Par", reopened.revision)  # the new reply's own cut applies
+    assert history(llm) == [("user", QUESTION), ("assistant", "Par [interrupted by the user]")]
+
+
+def test_a_reopened_turn_s_first_reply_cut_unheard_before_the_new_one_leaves_history() -> None:
+    """The usual order: the user's speech cuts the first reply (nothing heard) before the reopened
+    turn's transcript is answered; no "[interrupted by the user]" stays between question and answer."""
+    llm, _ = make_llm(Script(["Hello!"]), Script(["Paris."]))
+    first = llm.gate.new_turn_stamp()
+    ask(llm, "Hi there.", first)
+    llm.apply_heard_text(first.turn_id, "", first.revision)
+    assert history(llm) == [("user", "Hi there."), ("assistant", "[interrupted by the user]")]
+    reopened = llm.gate.stamp(first.turn_id, llm.gate.turns.revise(first.turn_id))
+    ask(llm, QUESTION, reopened)
+    assert history(llm) == [("user", QUESTION), ("assistant", "Paris.")]
+
+
+def test_a_reopened_turn_s_first_reply_partly_heard_stays_cut_to_what_was_heard() -> None:
+    llm, _ = make_llm(Script(["Hello! How can I help?"]), Script(["Paris."]))
+    first = llm.gate.new_turn_stamp()
+    ask(llm, "Hi there.", first)
+    reopened = llm.gate.stamp(first.turn_id, llm.gate.turns.revise(first.turn_id))
+    ask(llm, QUESTION, reopened)
+    llm.apply_heard_text(first.turn_id, "Hello!", first.revision)
+    assert history(llm) == [
+        ("user", QUESTION),
+        ("assistant", "Hello! [interrupted by the user]"),
+        ("assistant", "Paris."),
+    ]

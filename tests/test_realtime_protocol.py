@@ -22,6 +22,7 @@ from speech_to_speech.core.events import EventBus
 from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.chat import Chat
+from speech_to_speech.llm.replies import RepliesInHistory
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.realtime.config import SessionConfig, apply_update
 from speech_to_speech.realtime.controls import HistoryDelete, HistoryInsert
@@ -198,7 +199,7 @@ def test_protocol_items_become_history_items() -> None:
 
 # -- history controls --------------------------------------------------------------------------------
 def fake_llm(chat: Chat) -> Any:
-    return SimpleNamespace(chat=chat, name="llm", _user_items={7: None}, _responses={})
+    return SimpleNamespace(chat=chat, name="llm", _user_items={7: None}, replies=RepliesInHistory(chat, keep=8))
 
 
 def test_history_insert_and_delete_edit_the_chat_in_protocol_order() -> None:

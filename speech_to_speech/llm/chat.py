@@ -383,15 +383,16 @@ class Chat:
                     return True
             return False
 
-    def remove_user_message(self, item_id: str) -> bool:
-        """Remove the user message ``item_id`` (withdraw a speculative user turn).
+    def remove_message(self, item_id: str, role: str = "user") -> bool:
+        """Remove the ``role`` message ``item_id`` (withdraw a speculative user turn, or a reply the
+        user never heard to words they went on from).
 
         Returns:
-            True if it was removed, False if there is no user message ``item_id``.
+            True if it was removed, False if there is no ``role`` message ``item_id``.
         """
         with self._lock:
             for index, item in enumerate(self._buffer):
-                if item.get("id") == item_id and is_user_message(item):
+                if item.get("id") == item_id and item.get("type") == "message" and item.get("role") == role:
                     del self._buffer[index]
                     for record in self._provisional.values():
                         if item_id in record.item_ids:

@@ -70,12 +70,12 @@ from speech_to_speech.llm.prefetch import (
     ResponsePrefetchTransaction,
 )
 from speech_to_speech.llm.prompts import (
-    INTERRUPTION_MARKER,
     build_text_system_prompt,
     build_voice_system_prompt,
     reply_language,
 )
 from speech_to_speech.llm.provider_reader import STALLED, read_with_deadlines
+from speech_to_speech.llm.replies import RepliesInHistory
 from speech_to_speech.llm.tools.prompt import build_tool_prompt
 from speech_to_speech.speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
 
@@ -141,10 +141,9 @@ class BaseLLMHandler(BaseHandler):
         #: cancel generations of the response requests queued by respond_or_claim that have not
         #: reached this stage yet (they pass earlier stages first); no prefetch starts meanwhile
         self._requests_on_the_way: list[int] = []
-        self._history_lock = threading.Lock()  # commit vs. cutting a reply to what was heard
+        self.replies = RepliesInHistory(self.chat, keep=4 * config.history_turns)  # for cuts to what was heard
+        self._history_lock = self.replies.lock  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
-        self._responses: dict[int, list[str | None]] = {}  # turn id -> [response key, assistant item id]
-        self._revisions: dict[int, int] = {}  # turn id -> the revision its latest response answers
         #: calls emitted downstream and not yet shown to the client: call id -> (response key, stored item)
         self._calls_in_flight: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
         self.bus.subscribe(self._on_bus_event)
@@ -295,23 +294,9 @@ class BaseLLMHandler(BaseHandler):
         return None
 
     def apply_heard_text(self, turn_id: int, heard: str, revision: int | None = None) -> None:
-        """Cut the assistant's reply to turn ``turn_id`` to the words the user heard.
-
-        Called on barge-in. A reply already in history is shortened; one not yet written is refused
-        (tombstone) and the heard words are stored instead, marked as cut off. The cut of an older
-        ``revision``'s reply (a reopened turn) leaves the newer reply alone."""
-        text = (heard.strip() + INTERRUPTION_MARKER).strip()
-        with self._history_lock:
-            record = self._responses.get(turn_id)
-            if record is None or (revision is not None and revision != self._revisions.get(turn_id, revision)):
-                return
-            key, item_id = record
-            if item_id is not None:
-                self.chat.replace_assistant_message_text(item_id, text)
-                return
-            self.chat.cancel_provisional_generation(str(key))
-            if heard.strip():
-                record[1] = self.chat.add_item({"type": "message", "role": "assistant", "content": text})["id"]
+        """Cut the assistant's reply to turn ``turn_id`` (to its revision ``revision``; None: the
+        latest) to the words the user heard: see :meth:`RepliesInHistory.cut`. Called on barge-in."""
+        self.replies.cut(turn_id, heard, revision)
 
     def _stale(self, stamp: Stamp) -> bool:
         return self.stop_event.is_set() or not self.gate.admits(stamp)
@@ -323,12 +308,7 @@ class BaseLLMHandler(BaseHandler):
         st.after_tool_output = bool(request.items) and request.items[-1].get("type") == "function_call_output"
         if txn is not None:
             txn.on_rollback(lambda: self.chat.cancel_provisional_generation(st.key))
-        with self._history_lock:
-            self._responses[st.stamp.turn_id] = [st.key, None]
-            self._revisions[st.stamp.turn_id] = st.stamp.revision
-            while len(self._responses) > 4 * self.config.history_turns:
-                self._revisions.pop(next(iter(self._responses)), None)
-                self._responses.pop(next(iter(self._responses)))
+        self.replies.started(st.stamp.turn_id, st.key, st.stamp.revision)
         sent = False
         try:
             if not any(i.get("role") == "user" or i.get("type") == "function_call_output" for i in request.items):
@@ -488,8 +468,8 @@ class BaseLLMHandler(BaseHandler):
                     stored = self.chat.add_provisional_generation_items(st.key, assistant) if assistant else []
                     if stored is None:
                         raise RuntimeError("response was cancelled before it was written")
-                    if stored and st.stamp.turn_id in self._responses:
-                        self._responses[st.stamp.turn_id][1] = stored[0]["id"]
+                    if stored:
+                        self.replies.written(st.stamp.turn_id, st.key, stored[0]["id"])
                 committed = True
                 if txn is None:
                     self._commit(st.key)

@@ -131,7 +131,7 @@ def chat_item_id(llm: BaseLLMHandler, ref: Ref) -> str | None:
         wanted = "function_call" if kind == "call" else "function_call_output"
         return next((i["id"] for i in items if i["type"] == wanted and i.get("call_id") == key), None)
     # the LLM stage's records of what it wrote for a turn: its user message, its reply
-    found = llm._user_items.get(key) if kind == "user_turn" else (llm._responses.get(key) or [None, None])[1]
+    found = llm._user_items.get(key) if kind == "user_turn" else llm.replies.item_id(key)
     return found if any(i["id"] == found for i in items) else None
 
 
@@ -194,7 +194,7 @@ class HistoryDelete(StageControl):
             logger.info("%s: nothing in history for deleted item %s", stage.name, self.ref)
             return
         items = chat.items()
-        if not chat.remove_user_message(found):
+        if not chat.remove_message(found):
             _rebuild(chat, [i for i in items if i["id"] != found])
         self.removed.append(found)
 

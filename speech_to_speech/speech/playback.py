@@ -284,6 +284,8 @@ class PacedAudioSink(BaseHandler):
                     self.bus.publish(ReplyWords(item.stamp.turn_id, text=item.text, at=start))
             else:
                 end: EndOfResponse = entry[1]
+                if not self.gate.admits(end.stamp):  # superseded (a reopened turn): its audio was dropped
+                    end.error = end.error or "cancelled"
                 self.on_response_done(end)
                 self.bus.publish(ResponseDone(end.stamp.turn_id, text=end.text, error=end.error, usage=dict(end.usage)))
                 with self._lock:

@@ -160,7 +160,9 @@ class BaseVADHandler(BaseHandler):
     :attr:`interruptions` set and a reply to another turn in flight, the reply is
     paused instead (``SpeechStarted.pauses_reply``): its words decide. Speech that
     resumes within ``turn_grace_ms`` of an endpoint reopens that turn as a new
-    revision; its segment holds the earlier audio too, so the transcript is whole.
+    revision; its segment holds the earlier audio too, so the transcript is whole. Once
+    the turn's reply is audible it is not reopened: speech then pauses the reply like any
+    (the reply's own echo, before the canceller has found it, must not cancel it).
 
     With :attr:`speculation` set (the pipeline holds unconfirmed output), a pause of
     ``speculative_silence_ms`` sends a ``speculative`` segment at once and publishes
@@ -332,6 +334,9 @@ class BaseVADHandler(BaseHandler):
         recent = self._last is not None and time.monotonic() - self._last_time <= self.config.turn_grace_ms / 1000
         # both the audio and the wall clock must agree the pause was short (a client may stop sending)
         reopens = self._last is not None and recent and self.endpointer.offset - self._last[2] <= grace
+        if reopens and self._last is not None and self.interruptions is not None:
+            # its reply already plays: speech now is judged over it (words interrupt; its own echo does not)
+            reopens = self._last[0].turn_id not in self.interruptions.replies.audible()
         pauses = False
         if self.config.interrupt_response:
             reopened = self._last[0].turn_id if reopens and self._last is not None else None
@@ -399,9 +404,7 @@ class BaseVADHandler(BaseHandler):
         else:
             silence_ms = self.config.min_silence_ms
         end = -1
-        if (
-            ahead
-        ):  # the silence after the speech, as long as the segment's padding will be (zeros for what is yet to come)
+        if ahead:  # the silence after the speech, as long as the segment's padding will be (zeros yet to come)
             end = self.endpointer.speech_end_offset
             missing = self.config.speech_pad_ms * SAMPLE_RATE // 1000 - (self.endpointer.offset - end)
             samples = np.concatenate([samples, np.zeros(max(0, missing), dtype=np.float32)])

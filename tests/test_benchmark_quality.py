@@ -117,6 +117,11 @@ def test_a_failed_response_is_wrong_whatever_it_says() -> None:
         ("Water boils at a hundred degrees.", ("100",), True),
         ("Water boils at one hundred degrees.", ("100",), True),
         ("It is 100.5 degrees.", ("100",), False),
+        ("100C, 212F", ("100",), True),  # a temperature's unit
+        ("100C, 212F", ("212",), True),
+        ("It boils at 212°F.", ("212",), True),
+        ("The 100th day.", ("100",), False),
+        ("It is 100cm long.", ("100",), False),
         ("That makes 1,200 cups.", ("1200",), True),
         ("The sum is 7.5.", ("7.5",), True),
         ("The sum is seven point five.", ("7.5",), True),

@@ -234,13 +234,15 @@ def has_fact(reply: str, facts: tuple[str, ...] | list[str]) -> bool:
     """True when one of ``facts`` is in ``reply`` as whole words (see :func:`fact_variants`).
 
     Case and hyphens are ignored and thousands separators dropped ("1,200" reads "1200"); a
-    number does not match inside a longer one ("100" is not in "100.5" nor in "1000").
+    number does not match inside a longer one ("100" is not in "100.5" nor in "1000"), and may
+    carry a temperature's unit ("100C", "212°F", "300K"; not "100th").
     """
     text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", reply.lower().replace("’", "'").replace("-", " "))
     text = " ".join(text.split())
     for fact in facts:
         for variant in fact_variants(fact):
-            if re.search(rf"(?<![\w.]){re.escape(variant)}(?!\w|\.\d)", text):
+            unit = r"(?:°?[cfk]\b)|" if re.fullmatch(r"[\d.]+", variant) else ""
+            if re.search(rf"(?<![\w.]){re.escape(variant)}(?:{unit}(?!\w|\.\d))", text):
                 return True
     return False
 

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             tap = server.record(Path(tmp) / "tap.wav")
             program = LiveProgram(server.env, extra)
-            if not program.wait_for("ready in", 300):
+            if not program.wait_listening(300):
                 print("error: the program did not start:\n" + "\n".join(program.lines[-20:]), file=sys.stderr)
                 return 1
             rows: list[float] = []

@@ -12,13 +12,14 @@ story, about 15 s spoken; "Sure, go ahead." after an interruption), so each tria
 the same; its VAD, STT and TTS are the embedded ones. Per condition (the echo canceller on or off,
 each noise):
 
-- **interruption**: a spoken request starts the story; 2 s after the speaker starts playing it, a
-  LibriVox sentence is played into the microphone. It counts as heard when the program records a
+- **story** (first): a spoken request, then nobody speaks. A **false stop** is a story the program
+  cut (a barge-in recorded: it heard its own voice, or the noise, as the user). The first story is
+  the canceller's first: AEC3 has not yet converged, the hardest time not to hear itself.
+- **interruption**: the same request; 2 s after the speaker starts playing the story, a LibriVox
+  sentence is played into the microphone. It counts as heard when the program records a
   barge-in; the **quiet delay** runs from the start of the sentence (found in the microphone's
   recording by cross-correlation) to the start of the speaker's first 0.7 s of silence (the voice
   stopped).
-- **story**: the same request, then nobody speaks. A **false stop** is a story the program cut
-  (a barge-in recorded: it heard its own voice, or the noise, as the user).
 - **question**: a LibriVox clip alone: the word error rate of what the program heard, and the
   end-of-turn delay it reported (the silence it waited for, ``endpoint_delay_ms``).
 
@@ -243,7 +244,7 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
     ]
     room = Room(workdir, args.echo_gain, flags)
     try:
-        if not room.program.wait_for("ready in", 300):
+        if not room.program.wait_listening(300):
             condition.error = "the program did not start: " + " | ".join(room.program.lines[-5:])
             return
         request = workdir / "request.wav"
@@ -255,6 +256,21 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
             seconds = args.trials * 60 + 120
             sf.write(str(noise_file), make_noise(condition.noise, seconds) * level, TAP_RATE)
             room.play_noise(noise_file)
+        # the stories first: the canceller's first story, before AEC3 has converged, is where it is
+        # likeliest to take its own voice for the user; the interruptions then find it converged
+        for _ in range(args.stories):
+            provider.script(STORY_REPLY, SHORT_REPLY)
+            barge_ins, resumes = len(room.records("barge_in")), len(room.records("reply_resumed"))
+            if room.start_story(request) is None:
+                continue
+            room.wait_quiet(2.0)
+            condition.stories += 1
+            if len(room.records("barge_in")) > barge_ins:
+                condition.false_stops += 1
+                stops = [(r.get("reason"), r.get("text")) for r in room.records("barge_in")[barge_ins:]]
+                print(f"  false stop: {stops}", file=sys.stderr, flush=True)
+            condition.resumed += len(room.records("reply_resumed")) > resumes
+            time.sleep(SETTLE_S)
         for trial in range(args.trials):
             provider.script(STORY_REPLY, SHORT_REPLY)
             clip, _ = clips[trial % len(clips)]
@@ -283,22 +299,9 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
                 said = [(r["event"], r.get("text") or r.get("reason")) for r in room.records("user_transcript")[-2:]]
                 said += [("reply_resumed", r.get("reason")) for r in room.records("reply_resumed")[-1:]]
                 print(f"  not heard: {clip.name}; latest: {said}", file=sys.stderr, flush=True)
+            room.wait_quiet()  # the speaker's recording lags the program: it must hold the pause first
             quiet = room.speaker_quiet_from(said_at)
             condition.interruptions.append((quiet - said_at) * 1000 if heard and quiet is not None else None)
-            room.wait_quiet()
-            time.sleep(SETTLE_S)
-        for _ in range(args.stories):
-            provider.script(STORY_REPLY, SHORT_REPLY)
-            barge_ins, resumes = len(room.records("barge_in")), len(room.records("reply_resumed"))
-            if room.start_story(request) is None:
-                continue
-            room.wait_quiet(2.0)
-            condition.stories += 1
-            if len(room.records("barge_in")) > barge_ins:
-                condition.false_stops += 1
-                stops = [(r.get("reason"), r.get("text")) for r in room.records("barge_in")[barge_ins:]]
-                print(f"  false stop: {stops}", file=sys.stderr, flush=True)
-            condition.resumed += len(room.records("reply_resumed")) > resumes
             time.sleep(SETTLE_S)
         provider.script(Reply([Text(["Okay."])]))
         for clip, reference in clips[: args.questions]:

@@ -53,7 +53,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         tap, speaker = server.record(workdir / "tap.wav"), server.record(workdir / "speaker.wav", "speaker.monitor")
         transcript = workdir / "transcript.jsonl"
         program = live.LiveProgram(server.env, ["--transcript", str(transcript)])
-        assert program.wait_for("ready in", LOAD_S), "\n".join(program.lines[-20:])
+        assert program.wait_listening(LOAD_S), "\n".join(program.lines[-20:])
         yield Live(server, program, tap, speaker, transcript, workdir)
         if program.process.poll() is None:
             program.interrupt()

@@ -41,6 +41,11 @@ SOUND_RMS = 1e-3
 LOOPBACK_MS = 30
 #: latency of the echo loopback (speaker → microphone), ms
 ECHO_MS = 40
+#: a new capture stream on this private PulseAudio hears nothing for its first ~1.9 s (beeps
+#: played into ``mic`` every 0.5 s from the moment the stream started: the first to arrive came at
+#: 1.87 s, through sounddevice and parecord alike), so speech said as the program prints "ready"
+#: is lost; it is given this long, s
+STREAM_START_S = 3.0
 
 
 class SoundServerUnavailable(RuntimeError):
@@ -224,6 +229,14 @@ class LiveProgram:
                 return any(text in line for line in list(self.lines))
             time.sleep(0.05)
         return False
+
+    def wait_listening(self, timeout_s: float) -> bool:
+        """Wait until the program is ready and its microphone stream hears (see
+        :data:`STREAM_START_S`); False on time-out or exit."""
+        if not self.wait_for("ready in", timeout_s):
+            return False
+        time.sleep(STREAM_START_S)
+        return self.process.poll() is None
 
     def interrupt(self, timeout_s: float = 10.0) -> int:
         """Ctrl-C: send SIGINT and return the exit status (the process is killed after ``timeout_s``)."""

@@ -25,9 +25,10 @@ each segment with a timestamp token and, more often than without them, ends the 
 instead of reading the silence after the speech as more words. A pass that reads the speech
 twice ("... octopuses? Can you tell me a fun fact about o") keeps its first reading
 (:func:`cut_restart`), one that repeats a phrase ("Good morning Good morning Good morning ...")
-keeps the phrase once (:func:`first_period`); only one that still loops, or is otherwise
-repetitive, is redone the standard way, in the 30 s window (470-700 ms for tiny.en on 2 cores
-instead of ~70 ms: the slow STT passes of issue 27 were these).
+keeps the phrase once (:func:`first_period`); one that still loops, or is otherwise repetitive,
+is read again in the short context with a repetition penalty (:data:`RETRY_REPETITION_PENALTY`),
+and only when that loops too is it redone the standard way, in the 30 s window (470-900 ms for
+tiny.en on 2 cores instead of ~70 ms: the slow STT passes of issue 27 were these).
 
 Measured on 93 turns (the conversation benchmark's Piper and espeak-ng voices, LibriVox, the ten
 spoken turns of ``benchmark_latency.py --spoken``; cut as the VAD cuts them, 0.2 s before and after
@@ -121,6 +122,14 @@ NO_SPEECH_MIN = 0.6
 #: (fast English is ~5 tokens/s; a short context sometimes loops until the cap instead of ending)
 TOKENS_PER_S = 10
 TOKENS_MIN = 16
+#: a final pass whose short-context reading loops is read once more in the short context with
+#: this repetition penalty (CTranslate2's ``generate``) before the 30 s window, which costs 500-750
+#: ms for tiny.en on 2 cores. LibriVox 0880 after Opus (the WebRTC path), cut at 2.5-2.9 s: greedy
+#: looped ("He was not an old-s-y-y-y-y-y-y-") on 6 of 10 cuts and the 30 s window took 615-754
+#: ms for "He was not an old-sposed young man."; this retry took 61-66 ms for "He was not an
+#: old-s-y young man." (1.5: "old-s' young man"; 2 s more silence context, or
+#: ``no_repeat_ngram_size`` 3-4, still looped or garbled). None: no retry.
+RETRY_REPETITION_PENALTY: float | None = 1.2
 #: the previous text given to Whisper for speech heard during a reply: backchannels are expected
 BACKCHANNEL_PROMPT = "Mm-hmm. Uh-huh. Yeah."
 
@@ -266,7 +275,7 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         self._detected: str | None = None  # the language of the latest short-context pass
         #: the session's language: the latest one a judged pass named (None: none yet)
         self.session_language: str | None = None
-        #: short-context passes that looked unreliable (a final one is then redone in the 30 s window)
+        #: final passes redone in the 30 s window (both short-context passes looked unreliable)
         self.full_window_passes = 0
         self.set_language(self.config.language)
         self._short_context(np.zeros(16_000, dtype=np.float32), final=False)  # warm up this path too
@@ -297,8 +306,13 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
         detected = None
         if len(samples) <= SHORT_CONTEXT_MAX_S * sample_rate:
             heard = self._short_context(samples)
+            if heard is None and RETRY_REPETITION_PENALTY:
+                # a looping pass, read once more in the short context where a loop costs
+                heard = self._short_context(samples, repetition_penalty=RETRY_REPETITION_PENALTY)
             if heard is not None:
                 return heard
+            self.full_window_passes += 1
+            logger.debug("short-context passes unreliable; using the 30 s window")
             detected = self._detected  # redone in the full window, in the language detected (among the candidates)
         segments, info = self.model.transcribe(
             samples,
@@ -358,7 +372,9 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
             self.session_language = top
         return top
 
-    def _short_context(self, samples: np.ndarray, final: bool = True) -> tuple[str, str] | None:
+    def _short_context(
+        self, samples: np.ndarray, final: bool = True, **generate_options: Any
+    ) -> tuple[str, str] | None:
         """One greedy (or beam) pass over the audio plus :data:`CONTEXT_PAD_FRAMES` of context,
         in the pinned language or the one detected from the same encoding.
 
@@ -392,6 +408,7 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
             return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=suppress,
+            **generate_options,
         )[0]
         words: list[str] = []
         segment_ends: set[int] = set()  # index of the first word after each segment
@@ -416,8 +433,7 @@ class FasterWhisperSTTHandler(BaseSTTHandler):
             text = " ".join(once)
         looping = (once is None or is_looping([], once)) and is_looping(tokens, words)
         if looping or get_compression_ratio(text) > COMPRESSION_RATIO_MAX:
-            self.full_window_passes += 1
-            logger.debug("short-context pass unreliable (%r); using the full window", text)
+            logger.debug("short-context pass unreliable (%r, %s)", text, generate_options or "greedy")
             return None
         if avg_log_prob < LOG_PROB_MIN:  # unsure, but the full window is no surer (see LOG_PROB_MIN)
             logger.debug("short-context pass improbable (%r, %.2f); kept", text, avg_log_prob)

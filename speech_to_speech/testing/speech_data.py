@@ -1,10 +1,15 @@
-"""Helpers for tests on real speech: word error rate and the LibriVox test clips."""
+"""Helpers for tests on real speech: word error rate, the LibriVox test clips, the Opus path."""
 
 from __future__ import annotations
 
+import fractions
 import re
 from pathlib import Path
 
+import numpy as np
+
+from speech_to_speech.core.audio import StreamResampler, float_to_int16, int16_to_float
+from speech_to_speech.realtime.media import FRAME_S, MEDIA_RATE
 from speech_to_speech.testing import REPO_ROOT
 
 DATA = REPO_ROOT / "tests" / "data"
@@ -41,3 +46,32 @@ def librivox_clips() -> dict[Path, str]:
     if not clips:
         clips[DATA / "librivox-0880.wav"] = (DATA / "librivox-0880.txt").read_text().strip()
     return clips
+
+
+def through_opus(samples: np.ndarray, rate: int = 16_000) -> np.ndarray:
+    """``samples`` as a WebRTC peer hears them: resampled to 48 kHz, Opus-coded in 20 ms frames by
+    aiortc's encoder (its default bitrate), decoded, and resampled back to ``rate``.
+
+    Args:
+        samples: mono float32 in [-1, 1] at ``rate`` Hz (a trailing part frame is dropped).
+
+    Returns:
+        float32 mono at ``rate`` Hz (the codec's ~6.5 ms lookahead shifts it slightly later).
+    """
+    from aiortc.codecs.opus import OpusDecoder, OpusEncoder
+    from aiortc.jitterbuffer import JitterFrame
+    from av import AudioFrame
+
+    media = StreamResampler(rate, MEDIA_RATE).process(np.asarray(samples, dtype=np.float32), last=True)
+    encoder, decoder = OpusEncoder(), OpusDecoder()
+    frame_samples = round(MEDIA_RATE * FRAME_S)
+    decoded: list[np.ndarray] = []
+    for start in range(0, len(media) - frame_samples + 1, frame_samples):
+        pcm = float_to_int16(media[start : start + frame_samples]).reshape(1, -1)
+        frame = AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = MEDIA_RATE, start, fractions.Fraction(1, MEDIA_RATE)
+        packets, timestamp = encoder.encode(frame)
+        for packet in packets:
+            for out in decoder.decode(JitterFrame(data=packet, timestamp=timestamp)):
+                decoded.append(int16_to_float(out.to_ndarray().reshape(-1, 2).mean(axis=1)))  # stereo s16
+    return StreamResampler(MEDIA_RATE, rate).process(np.concatenate(decoded), last=True)

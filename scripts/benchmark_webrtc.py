@@ -86,6 +86,9 @@ from speech_to_speech.testing.server_runs import BenchmarkError, ServerProcess
 
 PROG = "benchmark_webrtc.py"
 TRANSPORTS = ("websocket", "webrtc")
+#: the server's per-turn latencies reported in ``response.done``'s metadata
+#: (``speech_to_speech.pipeline.console.LATENCY_KEYS``), ms
+STAGE_KEYS = ("s2s_endpoint_ms", "s2s_stt_ms", "s2s_ttft_ms", "s2s_ttfa_ms", "s2s_voice_to_voice_ms")
 
 
 @dataclass
@@ -122,6 +125,8 @@ class Turn:
     endpoint_ms: float | None = None
     server_ms: float | None = None
     downlink_ms: float | None = None
+    #: the server's own figures for the turn (``response.done``'s metadata: ``s2s_stt_ms`` ...), ms
+    stages: dict[str, float] = field(default_factory=dict)
     error: str = ""
 
 
@@ -133,11 +138,16 @@ class Results:
         return [t for t in self.turns if t.transport == transport]
 
 
-async def _finish(log: EventLog, send: Any, since: int, timeout_s: float) -> None:
-    """Cancel the reply (its first audio is in) and wait for its response.done."""
+async def _finish(log: EventLog, send: Any, since: int, timeout_s: float, turn: Turn) -> None:
+    """Cancel the reply (its first audio is in), wait for its response.done and keep the
+    server's per-stage latencies from its metadata in ``turn.stages``."""
     await send({"type": "response.cancel"})
     with contextlib.suppress(Exception):
-        await log.wait_for("response.done", timeout_s, since)
+        done = await log.wait_for("response.done", timeout_s, since)
+        metadata = (done.get("response") or {}).get("metadata") or {}
+        for key in STAGE_KEYS:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                turn.stages[key] = float(metadata[key])
 
 
 async def websocket_turn(url: str, api_key: str, clip: Clip, timeout_s: float) -> Turn:
@@ -175,7 +185,7 @@ async def websocket_turn(url: str, api_key: str, clip: Clip, timeout_s: float) -
         turn.endpoint_ms = 1000 * (stopped_at - speech_end)
         turn.server_ms = 1000 * (first_delta[0] - stopped_at)
         turn.downlink_ms = 1000 * (first_audio[0] - first_delta[0])
-        await _finish(log, client.send, since, timeout_s)
+        await _finish(log, client.send, since, timeout_s, turn)
     finally:
         await sender.stop()
         await client.close()
@@ -214,7 +224,7 @@ async def webrtc_turn(base_url: str, api_key: str, clip: Clip, timeout_s: float)
         turn.endpoint_ms = 1000 * (stopped_at - speech_end)
         turn.server_ms = 1000 * (started_at - stopped_at)
         turn.downlink_ms = 1000 * (first_audio[0] - started_at)
-        await _finish(log, client.send, since, timeout_s)
+        await _finish(log, client.send, since, timeout_s, turn)
     finally:
         await client.close()
     return turn
@@ -238,6 +248,8 @@ async def measure(args: argparse.Namespace, base_url: str, ws_url: str, clips: l
                     turn = Turn(transport, clip.name, error=one_line(exc))
                 results.turns.append(turn)
                 shown = f"{turn.v2v_ms:.0f} ms" if turn.v2v_ms is not None else f"failed: {turn.error}"
+                if turn.stages:
+                    shown += " (server: " + ", ".join(f"{k[4:-3]} {v:.0f}" for k, v in turn.stages.items()) + ")"
                 print(f"  {clip.name} over {transport}: v2v {shown}", flush=True)
                 await asyncio.sleep(0.3)  # let the session close
     return results
@@ -276,6 +288,15 @@ def report(results: Results, clips: list[Clip]) -> None:
         diff = medians[1] - medians[0] if None not in medians else None  # type: ignore[operator]
         per_clip.append([clip.name, f"{clip.duration_s:.1f}", cell(medians[0]), cell(medians[1]), cell(diff)])
     print_table(["clip", "s", "websocket v2v ms", "webrtc v2v ms", "webrtc - websocket"], per_clip)
+    print()
+    print("the server's own figures (response.done metadata), p50 ms:")
+    stage_rows = []
+    for transport in TRANSPORTS:
+        turns = results.of(transport)
+        stage_rows.append(
+            [transport, *(cell(percentile([t.stages[k] for t in turns if k in t.stages], 50)) for k in STAGE_KEYS)]
+        )
+    print_table(["transport", *(k.removeprefix("s2s_").removesuffix("_ms") for k in STAGE_KEYS)], stage_rows)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -121,7 +121,7 @@ class WebRTCClient:
         """
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         mic = OutputAudioBuffer(rate=MEDIA_RATE)
-        pc.addTrack(OutputTrack(mic))
+        pc.addTrack(OutputTrack(mic, continuous=True))  # an open microphone: silence is sent too
         channel = pc.createDataChannel(EVENTS_CHANNEL)
         client = cls(pc, channel, mic)
         opened = asyncio.Event()

@@ -121,6 +121,11 @@ class OutputAudioBuffer:
         callback()
 
     @property
+    def pending(self) -> bool:
+        """Whether anything (audio or a mark) waits to be taken by :meth:`next_frame`."""
+        return bool(self._entries)
+
+    @property
     def queued_s(self) -> float:
         """Seconds of audio waiting (stale audio included until a frame drops it)."""
         with self._lock:

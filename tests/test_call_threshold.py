@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from handlers.llm.call_threshold import CALL_OPENERS, BanCalls, CallThreshold, invents_numbers, opener_tokens
+from handlers.llm.call_threshold import (
+    CALL_OPENERS,
+    BanCalls,
+    CallThreshold,
+    ForcedPrefix,
+    invents_numbers,
+    opener_tokens,
+    starts_no_call,
+)
 
 OPENERS = {3, 4}
 
@@ -76,3 +84,28 @@ def test_banned_calls_leave_the_first_token_to_words() -> None:
     assert np.isneginf(out[[3, 4]]).all() and int(np.argmax(out)) == 0
     later = logits_with({3: 0.9})
     assert np.array_equal(ban(np.zeros(6), later.copy()), later)  # only the first token
+
+
+@pytest.mark.parametrize(
+    ("text", "no_call"),
+    [
+        ('{"name": "get_time", "arguments"', False),
+        ('<tool_call>\n{"name": "add"', False),
+        ('```json\n[{"name": "add", "arguments": {}}]', False),
+        ('{"na', False),  # too little to judge yet
+        ('{"timezone": "Europe/London", "iso"', True),  # a made-up tool result, not a call
+        ("<tool_call>\nThe time in London is", True),
+    ],
+)
+def test_a_forced_call_is_judged_by_its_first_characters(text: str, no_call: bool) -> None:
+    assert starts_no_call(text) is no_call
+
+
+def test_a_forced_prefix_writes_its_tokens_then_lets_the_model_choose() -> None:
+    forced = ForcedPrefix(prompt_length=5, prefix=[3, 6])
+    first = forced(list(range(5)), logits_with({0: 0.9}))
+    second = forced(list(range(6)), logits_with({0: 0.9}))
+    third = forced(list(range(7)), logits_with({0: 0.9}))
+    assert int(np.argmax(first)) == 3 and np.isinf(first[np.arange(8) != 3]).all()
+    assert int(np.argmax(second)) == 6
+    assert int(np.argmax(third)) == 0 and np.isfinite(third).all()

@@ -106,6 +106,31 @@ class CallThreshold:
         return scores
 
 
+#: characters of a forced call after its opener by which :func:`starts_no_call` judges it
+CALL_SHAPE_CHARS = 10
+
+
+def starts_no_call(text: str) -> bool:
+    """Whether a forced call's text so far has shown it is no call: once :data:`CALL_SHAPE_CHARS`
+    characters follow the opener (the tag, a code fence), a call is a JSON object (or a list of
+    them) whose first key is ``"name"``.
+
+    The forced call of "What's the time in London right now?", after a ``get_time`` result in the
+    history, opened with a bare ``{`` and wrote a made-up result instead
+    (``{"timezone": "Europe/London", "iso": "2026-12-06T13:24:56+00:00", ...``, the 1.5B, 2026-12-06)
+    for 6 s, past the first-token time-out: such a reply is stopped here and written again with
+    :data:`CALL_PREFIX` forced (:class:`ForcedPrefix`).
+    (Forcing the ``<tool_call>`` tag alone instead was tried: the 1.5B then ended the reply after
+    the tag in 6 of 6 forced turns.)
+    """
+    body = text.strip()
+    for opener in ("<tool_call>", "```json", "```"):
+        body = body.removeprefix(opener).strip()
+    if len(body) < CALL_SHAPE_CHARS:
+        return False
+    return re.match(r'\[?\s*\{\s*"name"\s*:', body) is None
+
+
 _NUMBER_WORDS_TEXT = """
 zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen
 seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
@@ -156,4 +181,30 @@ class BanCalls:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         if len(input_ids) == self.prompt_length and len(self.openers):
             scores[self.openers] = -np.inf
+        return scores
+
+
+#: how a call written again after :func:`starts_no_call` begins (the JSON form the extractor reads)
+CALL_PREFIX = '{"name": "'
+
+
+class ForcedPrefix:
+    """Logits processor: the reply's first tokens are ``prefix`` (token ids), then the model's own.
+
+    Args:
+        prompt_length: tokens of the prompt.
+        prefix: the token ids the reply must start with.
+    """
+
+    def __init__(self, prompt_length: int, prefix: list[int]) -> None:
+        self.prompt_length = prompt_length
+        self.prefix = list(prefix)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        step = len(input_ids) - self.prompt_length
+        if 0 <= step < len(self.prefix):
+            token = self.prefix[step]
+            keep = scores[token]
+            scores[:] = -np.inf
+            scores[token] = keep if np.isfinite(keep) else 0.0
         return scores

@@ -44,7 +44,15 @@ from typing import Any
 
 from llama_cpp import LogitsProcessorList
 
-from handlers.llm.call_threshold import BanCalls, CallThreshold, invents_numbers, opener_tokens
+from handlers.llm.call_threshold import (
+    CALL_PREFIX,
+    BanCalls,
+    CallThreshold,
+    ForcedPrefix,
+    invents_numbers,
+    opener_tokens,
+    starts_no_call,
+)
 from handlers.llm.echo_guard import EchoGuard, opening_tokens
 from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill, reads_finished
@@ -445,6 +453,37 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         tokens = self.engine.tokenize(self.engine.render(_messages(request), tools))
         return base + (len(tokens) - self.engine.cached_prefix(tokens)) / PREFILL_FLOOR_TOKENS_PER_S
 
+    def _shaped_call(
+        self,
+        tokens: list[int],
+        request: LLMRequest,
+        should_stop: Callable[[], bool],
+        processors: list[Callable[[Any, Any], Any]],
+        threshold: CallThreshold,
+    ) -> list[ProviderEvent]:
+        """A forced call that did not start as one (:func:`starts_no_call`), written again with
+        :data:`CALL_PREFIX` forced as its first tokens: the model picks the tool and its arguments.
+
+        Returns:
+            its events (checked by the caller as every forced call's are).
+        """
+        prefix = self.engine.llm.tokenize(CALL_PREFIX.encode("utf-8"), add_bos=False)
+        again = [p for p in processors if p is not threshold] + [ForcedPrefix(len(tokens), prefix)]
+        extractor, events, written = JsonCallExtractor(), [], []
+        pieces = self.engine.stream(
+            tokens, request.max_output_tokens, request.temperature, should_stop, lambda _stats: None, again
+        )
+        for text in pieces:
+            written.append(text)
+            events += self._tool_events(extractor.feed(text), request.tools)
+            if any(isinstance(event, ToolCall) for event in events):
+                pieces.close()  # the call is written: what the model adds after it is not wanted
+                break
+        else:
+            events += self._tool_events(extractor.flush(), request.tools)
+        logger.debug("%s: the call written again: %r", self.name, "".join(written))
+        return events
+
     def events(self, request: LLMRequest, should_stop: Callable[[], bool]) -> Iterator[ProviderEvent]:
         tools = chat_tools(request.tools) if request.tool_choice != "none" else []
         messages = _messages(request)
@@ -486,6 +525,10 @@ class LlamaCppLLMHandler(LocalLLMHandler):
             for text in itertools.chain(pieces, [None]):
                 if text is not None:
                     reply.append(text)
+                    if threshold is not None and threshold.forced and starts_no_call("".join(reply)):
+                        pieces.close()  # not shaped as a call: written again as one, below
+                        held, reply = self._shaped_call(tokens, request, should_stop, processors, threshold), []
+                        break
                 parts = extractor.feed(text) if text is not None else extractor.flush()
                 for event in self._tool_events(parts, request.tools):
                     if threshold is not None and threshold.forced:
@@ -501,7 +544,8 @@ class LlamaCppLLMHandler(LocalLLMHandler):
                 and threshold.forced
                 and (not calls or any(invents_numbers(call.arguments, user_text) for call in calls))
             ):
-                logger.info("%s: the forced tool call %s was undone; answering without one", self.name, calls)
+                note = "%s: the forced tool call %s (%r) was undone; answering without one"
+                logger.info(note, self.name, calls, "".join(reply))
                 held, reply, extractor = [], [], JsonCallExtractor()
                 again = [p for p in processors if p is not threshold] + [
                     BanCalls(len(tokens), self.engine.call_openers)

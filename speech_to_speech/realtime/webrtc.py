@@ -67,7 +67,7 @@ class OutputTrack(MediaStreamTrack):
     end's VAD must hear its silence). The frames' timestamps follow the clock through the gap, so
     the receiver hears it as the pause it is. A silent track sending 50 packets a second cost the
     server 12 % of a core (Opus, SRTP and aiortc's per-packet Python, holding the GIL) and the
-    client about as much (2026-12-06, 2-core AMD EPYC, an idle call: 14 % and 11 % of a core with
+    client about as much (2026-12-06, 2-core Intel Xeon, an idle call: 14 % and 11 % of a core with
     them, 2 % and 1.5 % without). The frames are paced on the monotonic clock; after a stall of
     the event loop longer than :data:`MAX_LAG_S` the
     clock is reset rather than catching up in a burst.

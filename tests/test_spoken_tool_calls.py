@@ -148,3 +148,32 @@ def test_a_tool_result_after_a_question_back_is_answered_not_thanked(transcripts
     messages = _messages(request)
     assert messages[-1]["role"] == "tool" and messages[-1]["content"].endswith(TOOL_RESULT_NOTE)
     assert all(TOOL_RESULT_NOTE not in str(m.get("content")) for m in messages[:-1])
+
+
+def test_a_forced_call_that_writes_a_result_is_written_again_as_a_call(llm: Any) -> None:
+    """After a get_time result in the history, the call the threshold forced for the London
+    question opened with a bare '{' and wrote a made-up result for 6 s ('{"timezone":
+    "Europe/London", "iso": ...'): the turn ended in the first-token apology in every conversation
+    benchmark run. It is now stopped and written again from '{"name": "' (handlers/llm/call_threshold.py)."""
+    from speech_to_speech.llm.api import LLMRequest, ToolCall
+    from speech_to_speech.llm.chat import Chat
+
+    def said(role: str, text: str) -> dict[str, Any]:
+        kind = "input_text" if role == "user" else "output_text"
+        return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+    chat = Chat()
+    chat.add_item(said("user", "What time is it in Tokyo?"))
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_time"}
+    chat.add_item({**call, "arguments": json.dumps({"timezone": "Asia/Tokyo"})})
+    tokyo = sample_tools.get_time("Asia/Tokyo")  # the sample tool's result, as the benchmark's session got it
+    chat.append_tool_output("call_1", json.dumps(tokyo))
+    chat.add_item(said("assistant", f"The current time in Tokyo is {tokyo['time']}."))
+    chat.add_item(said("user", "Can you add 17 and 25?"))
+    chat.add_item(said("assistant", "The sum of 17 and 25 is 42."))
+    chat.add_item(said("user", "Thanks. What's the capital of Spain?"))
+    chat.add_item(said("assistant", "The capital of Spain is Madrid."))
+    chat.add_item(said("user", "What's the time and London right now?"))  # as tiny.en heard it
+    request = LLMRequest(llm.system_prompt(True, None, None, llm.tools), chat.items(), tools=llm.tools)
+    calls = [e for e in llm.events(request, lambda: False) if isinstance(e, ToolCall)]
+    assert [(c.name, json.loads(c.arguments).get("timezone")) for c in calls] == [("get_time", "Europe/London")], calls

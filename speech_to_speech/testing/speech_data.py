@@ -13,6 +13,12 @@ from speech_to_speech.realtime.media import FRAME_S, MEDIA_RATE
 from speech_to_speech.testing import REPO_ROOT
 
 DATA = REPO_ROOT / "tests" / "data"
+#: the word error rate a test accepts for a short LibriVox clip heard by the embedded tiny.en. Its
+#: first clip, "he was not an ill disposed young man" (0880), is heard as "He was not an
+#: old-s-y young man" (0.375) where the short-context pass loops and is read again with a
+#: repetition penalty (~65 ms), or "old-sposed" (0.25) by the 30 s window (500-900 ms), which
+#: the final pass no longer waits for (handlers/stt/faster_whisper_stt.py)
+TRANSCRIPT_WER_MAX = 0.4
 LIBRIVOX_DIR = Path("/usr/share/pocketsphinx/test/data/librivox")  # Debian: pocketsphinx-testdata
 
 
@@ -60,7 +66,7 @@ def through_opus(samples: np.ndarray, rate: int = 16_000) -> np.ndarray:
     """
     from aiortc.codecs.opus import OpusDecoder, OpusEncoder
     from aiortc.jitterbuffer import JitterFrame
-    from av import AudioFrame
+    from aiortc.mediastreams import AudioFrame  # PyAV's, as aiortc uses it
 
     media = StreamResampler(rate, MEDIA_RATE).process(np.asarray(samples, dtype=np.float32), last=True)
     encoder, decoder = OpusEncoder(), OpusDecoder()

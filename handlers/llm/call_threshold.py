@@ -108,6 +108,9 @@ class CallThreshold:
 
 #: characters of a forced call after its opener by which :func:`starts_no_call` judges it
 CALL_SHAPE_CHARS = 10
+#: a reply this long has had its shape judged (the longest opener, spaces, CALL_SHAPE_CHARS): the
+#: caller stops asking :func:`starts_no_call` at every token after it
+CALL_SHAPE_JUDGED_CHARS = 32
 
 
 def starts_no_call(text: str) -> bool:

@@ -46,6 +46,7 @@ from llama_cpp import LogitsProcessorList
 
 from handlers.llm.call_threshold import (
     CALL_PREFIX,
+    CALL_SHAPE_JUDGED_CHARS,
     BanCalls,
     CallThreshold,
     ForcedPrefix,
@@ -475,8 +476,9 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         )
         for text in pieces:
             written.append(text)
-            events += self._tool_events(extractor.feed(text), request.tools)
-            if any(isinstance(event, ToolCall) for event in events):
+            new = list(self._tool_events(extractor.feed(text), request.tools))
+            events += new
+            if any(isinstance(event, ToolCall) for event in new):
                 pieces.close()  # the call is written: what the model adds after it is not wanted
                 break
         else:
@@ -522,13 +524,17 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         else:
             extractor = JsonCallExtractor()
             held: list[ProviderEvent] = []  # a forced call's events, until its arguments are checked
+            shape_open = True  # a forced call's first characters are still to be judged
             for text in itertools.chain(pieces, [None]):
                 if text is not None:
                     reply.append(text)
-                    if threshold is not None and threshold.forced and starts_no_call("".join(reply)):
-                        pieces.close()  # not shaped as a call: written again as one, below
-                        held, reply = self._shaped_call(tokens, request, should_stop, processors, threshold), []
-                        break
+                    if threshold is not None and threshold.forced and shape_open:
+                        so_far = "".join(reply)
+                        if starts_no_call(so_far):
+                            pieces.close()  # not shaped as a call: written again as one, below
+                            held, reply = self._shaped_call(tokens, request, should_stop, processors, threshold), []
+                            break
+                        shape_open = len(so_far) < CALL_SHAPE_JUDGED_CHARS
                 parts = extractor.feed(text) if text is not None else extractor.flush()
                 for event in self._tool_events(parts, request.tools):
                     if threshold is not None and threshold.forced:

@@ -69,8 +69,8 @@ class OutputTrack(MediaStreamTrack):
     server 12 % of a core (Opus, SRTP and aiortc's per-packet Python, holding the GIL) and the
     client about as much (2026-12-06, 2-core Intel Xeon, an idle call: 14 % and 11 % of a core with
     them, 2 % and 1.5 % without). The frames are paced on the monotonic clock; after a stall of
-    the event loop longer than :data:`MAX_LAG_S` the
-    clock is reset rather than catching up in a burst.
+    the event loop longer than :data:`MAX_LAG_S` the clock is reset rather than catching up in a
+    burst.
     """
 
     kind = "audio"

@@ -128,8 +128,11 @@ TOKENS_MIN = 16
 #: looped ("He was not an old-s-y-y-y-y-y-y-") on 6 of 10 cuts and the 30 s window took 615-754
 #: ms for "He was not an old-sposed young man."; this retry took 61-66 ms for "He was not an
 #: old-s-y young man." (1.5: "old-s' young man"; 2 s more silence context, or
-#: ``no_repeat_ngram_size`` 3-4, still looped or garbled). None: no retry.
-RETRY_REPETITION_PENALTY: float | None = 1.2
+#: ``no_repeat_ngram_size`` 3-4, still looped or garbled). 1.2, chosen on an Intel Xeon, wrote
+#: "He was not an old-s-y-y-ass..." (WER 0.62) on one of 8 Opus cuts on an AMD EPYC and looped
+#: again on another; 1.3 read all 7 looping cuts of the 80 LibriVox cuts (clean and Opus, 2026-12-06,
+#: AMD EPYC) as "... old-s-y young man" (0.38), none looped again. None: no retry.
+RETRY_REPETITION_PENALTY: float | None = 1.3
 #: the previous text given to Whisper for speech heard during a reply: backchannels are expected
 BACKCHANNEL_PROMPT = "Mm-hmm. Uh-huh. Yeah."
 

@@ -57,7 +57,7 @@ from handlers.llm.call_threshold import (
 from handlers.llm.echo_guard import EchoGuard, opening_tokens
 from handlers.llm.embedded import embedded_model, resolve_gguf
 from handlers.llm.partial_prefill import PartialPrefill, reads_finished
-from speech_to_speech.core.events import EngineWait, Event, UserTranscriptDelta
+from speech_to_speech.core.events import EngineWait
 from speech_to_speech.core.priority import CORES, available_cores
 from speech_to_speech.core.shared import shared_model
 from speech_to_speech.llm.api import LLMRequest, ProviderEvent, TextDelta, ToolCall, Usage
@@ -405,7 +405,6 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         self.engine.prefill(self.engine.render([system], None, add_generation_prompt=False))
         # the user's words go into the KV cache while they are spoken (handlers.llm.partial_prefill)
         self.partial_prefill = PartialPrefill(self.engine, self._prompt_so_far, self.name)
-        self.bus.subscribe(self._on_partial_transcript)
 
     def cleanup(self) -> None:
         prefill = getattr(self, "partial_prefill", None)
@@ -419,9 +418,9 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         turn after the change does not wait for it (~300 tokens: seconds for the 1.5B on 2 cores)."""
         self.partial_prefill.submit("")
 
-    def _on_partial_transcript(self, event: Event) -> None:
-        if isinstance(event, UserTranscriptDelta) and event.text.strip():
-            self.partial_prefill.submit(event.text)
+    def on_partial_transcript(self, text: str) -> None:
+        """Evaluate the prompt so far into the KV cache, on the prefill thread (never blocks)."""
+        self.partial_prefill.submit(text)
 
     def _prompt_so_far(self, text: str) -> str | None:
         """The prompt of a spoken turn whose words so far are ``text``, up to their end (None: no

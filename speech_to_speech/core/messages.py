@@ -175,6 +175,23 @@ class PartialSpeech(Message):
 
 
 @dataclass
+class PartialTranscript(Message):
+    """The words of a turn still being spoken, from a partial STT pass, for the LLM to evaluate ahead.
+
+    The STT puts it at the head of the LLM stage's queue (it is newer than anything queued
+    there); the LLM stage takes it in its own thread (its ``on_partial_transcript``) and never
+    passes it on. A flush drops a stale one like any data.
+
+    Attributes:
+        stamp: the turn's stamp.
+        text: the words so far (not empty).
+    """
+
+    stamp: Stamp
+    text: str
+
+
+@dataclass
 class Transcript(Message):
     """User text for the LLM: an STT transcript or a typed turn.
 

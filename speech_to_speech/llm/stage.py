@@ -45,6 +45,7 @@ from speech_to_speech.core.handler import SHOWN_AS_EVENT, BaseHandler
 from speech_to_speech.core.messages import (
     EndOfResponse,
     FunctionOutput,
+    PartialTranscript,
     ResponseRequest,
     TextOutput,
     ToolCallRequest,
@@ -231,6 +232,10 @@ class BaseLLMHandler(BaseHandler):
 
     # -- the stage --------------------------------------------------------------------
     def process(self, item: Any) -> Iterator[Any]:
+        if isinstance(item, PartialTranscript):
+            if self.gate.admits(item.stamp):
+                self.on_partial_transcript(item.text)
+            return
         if isinstance(item, FunctionOutput):
             self.chat.append_tool_output(item.call_id, item.output)
             if self.prefetch is not None and self._all_calls_answered():
@@ -543,6 +548,11 @@ class BaseLLMHandler(BaseHandler):
             self.bus = real_bus
             hidden.stream.close()
             self.prefetch.finished(txn)
+
+    def on_partial_transcript(self, text: str) -> None:
+        """The words of the turn being spoken so far (a :class:`PartialTranscript`, in this stage's
+        thread): a backend that can evaluate the prompt ahead starts on it here, without blocking
+        (llama-cpp does); by default nothing."""
 
     def respond_or_claim(self, options: dict[str, Any] | None, enqueue: Callable[[], None]) -> bool:
         """A client asked for a response: take the hidden follow-up if it is that response,

@@ -15,7 +15,7 @@ import numpy as np
 from speech_to_speech.core.cancel import Stamp
 from speech_to_speech.core.events import EmptyTranscript, UserTranscript, UserTranscriptDelta
 from speech_to_speech.core.handler import BaseHandler
-from speech_to_speech.core.messages import PartialSpeech, SpeechSegment, Transcript
+from speech_to_speech.core.messages import PartialSpeech, PartialTranscript, SpeechSegment, Transcript
 from speech_to_speech.core.priority import CORES, CRITICAL
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.turns.speculation import SpeculativeTurns
@@ -305,11 +305,7 @@ class BaseSTTHandler(BaseHandler):
         logger.debug("turn %d: partial pass over %d samples in %.0f ms", item.stamp.turn_id, len(item.samples), stt_ms)
         if not text or not self.gate.admits(item.stamp):
             return
-        delta = self.deltas.partial(item.stamp.turn_id, text)
-        audio_ms = 1000 * len(item.samples) / item.sample_rate
-        self.bus.publish(
-            UserTranscriptDelta(item.stamp.turn_id, text=text, delta=delta, stt_ms=stt_ms, audio_ms=audio_ms)
-        )
+        self._partial_transcript(item, text, stt_ms)
 
     def _pass_ahead(self, item: PartialSpeech) -> None:
         """The final pass over speech that stopped, done before its endpoint: kept for the segment
@@ -324,8 +320,15 @@ class BaseSTTHandler(BaseHandler):
             "turn %d: final pass ahead over %d samples in %.0f ms", item.stamp.turn_id, len(item.samples), stt_ms
         )
         if text and self.gate.admits(item.stamp):
-            delta = self.deltas.partial(item.stamp.turn_id, text)
-            audio_ms = 1000 * len(item.samples) / item.sample_rate
-            self.bus.publish(
-                UserTranscriptDelta(item.stamp.turn_id, text=text, delta=delta, stt_ms=stt_ms, audio_ms=audio_ms)
-            )
+            self._partial_transcript(item, text, stt_ms)
+
+    def _partial_transcript(self, item: PartialSpeech, text: str, stt_ms: float) -> None:
+        """Announce the words so far: as an event (the client, the console, the interruption judge)
+        and, at the head of the LLM stage's queue, as a :class:`PartialTranscript` it evaluates ahead."""
+        delta = self.deltas.partial(item.stamp.turn_id, text)
+        audio_ms = 1000 * len(item.samples) / item.sample_rate
+        self.bus.publish(
+            UserTranscriptDelta(item.stamp.turn_id, text=text, delta=delta, stt_ms=stt_ms, audio_ms=audio_ms)
+        )
+        if self.output_queue is not None:
+            self.output_queue.put_first(PartialTranscript(item.stamp, text))

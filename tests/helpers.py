@@ -26,6 +26,13 @@ T = TypeVar("T")
 
 #: the repository root
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: a function tool the scripted providers call (``get_weather(city)``)
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 def load_module(path: Path, name: str) -> ModuleType:

@@ -26,7 +26,7 @@ import speech_to_speech.realtime.session as session_module
 from speech_to_speech.llm.stage import TIMEOUT_APOLOGY
 from speech_to_speech.testing.realtime import InProcessServer, RawClient, session_threads
 from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
-from tests.helpers import REPO_ROOT, load_module, responses_api_flags
+from tests.helpers import REPO_ROOT, WEATHER_TOOL, load_module, responses_api_flags
 
 pytestmark = pytest.mark.models
 
@@ -125,12 +125,6 @@ def test_closed_sessions_release_their_memory_and_threads(realtime_servers: Call
 
 
 # -- 2. a tool output after an interruption, the provider still streaming ---------------------------
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 def test_a_tool_output_after_an_interruption_pairs_with_its_call(

@@ -30,17 +30,12 @@ from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServ
 from speech_to_speech.testing.runs import run_local
 from speech_to_speech.testing.threads import ThreadOwnership
 from speech_to_speech.testing.turns import librivox_speech, silence
+from tests.helpers import WEATHER_TOOL
 
 pytestmark = pytest.mark.models
 
 DATA = Path(__file__).parent / "data"
 WAIT_S = 60.0
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 LONG_FOLLOW_UP = [
     "It is sunny in Paris today, with a light breeze from the west. ",
     "The afternoon will be warm, and the evening clear and mild, a fine time for a walk by the river.",

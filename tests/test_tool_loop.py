@@ -50,7 +50,7 @@ from speech_to_speech.realtime.session import RealtimeSession
 from speech_to_speech.testing.fakes import FakeLLM, Script, make_llm
 from speech_to_speech.testing.realtime import EventLog, InProcessServer
 from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
-from tests.helpers import new_stage
+from tests.helpers import WEATHER_TOOL, new_stage
 
 if TYPE_CHECKING:
     from openai.resources.realtime.realtime import AsyncRealtimeConnection
@@ -59,13 +59,6 @@ if TYPE_CHECKING:
 WAIT_S = 10.0
 #: how long "nothing arrives" is watched for, s
 QUIET_S = 0.3
-
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 # == 1. the LLM stage: hidden follow-up, claim and discard ===========================================

@@ -71,7 +71,11 @@ def test_backchannels_pause_the_reply_which_goes_on_unanswered(server: InProcess
     types = [e["type"] for e in r.events]
     # the question is the only speech the client hears of, and the only thing answered
     assert types.count("input_audio_buffer.speech_started") == 1, types
-    assert types.count("input_audio_buffer.committed") == 1, " ".join(types)
+    # the question's transcripts only: "Hi there." can be endpointed at its pause and the reopened
+    # turn is committed as a second item (about one run in two on a 2-core AMD EPYC); a backchannel never
+    heard = [e["transcript"] for e in r.events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert heard and all(text.lower().startswith("hi there") for text in heard), heard
+    assert types.count("input_audio_buffer.committed") == len(heard), types
     assert types.count("response.created") == 1, types
     done = next(e for e in r.events if e["type"] == "response.done")
     assert done["response"]["status"] == "completed", done["response"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -134,6 +135,9 @@ class RealtimeSession:
         self._claiming: tuple[list[str], dict[str, str] | None] | None = None  # while a prefetch is claimed
         #: events of user speech that paused a reply, per turn, held until its words decide
         self._held: dict[int, list[Event]] = {}
+        #: turns that resumed the reply: their events that come after the verdict (the VAD's endpoint
+        #: of a turn whose transcript was judged ahead of it) are not reported either
+        self._not_reported: collections.deque[int] = collections.deque(maxlen=16)
         self._build()
 
     # -- pipeline -----------------------------------------------------------------------
@@ -542,11 +546,16 @@ class RealtimeSession:
         with self.lock:  # events come from several stage threads; releases keep their order
             if isinstance(event, SpeechStarted) and event.pauses_reply:
                 self._held[event.turn_id] = [event]
+                if event.turn_id in self._not_reported:  # it went on: judged again, whole
+                    self._not_reported.remove(event.turn_id)
                 return True
             if isinstance(event, ReplyResumed):  # not an interruption: none of it is reported
                 dropped, self._held = self._held, {}
                 for turn in dropped:
                     logger.info("session %s: turn %d did not interrupt (%s)", self.id, turn, event.reason)
+                    self._not_reported.append(turn)
+                return True
+            if not isinstance(event, (SpeechStarted, BargeIn)) and event.turn_id in self._not_reported:
                 return True
             if isinstance(event, BargeIn):  # a real interruption: report it, as it happened
                 held, self._held = self._held, {}  # the turns not kept were judged earlier: dropped

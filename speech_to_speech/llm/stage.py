@@ -233,6 +233,9 @@ class BaseLLMHandler(BaseHandler):
     # -- the stage --------------------------------------------------------------------
     def process(self, item: Any) -> Iterator[Any]:
         if isinstance(item, PartialTranscript):
+            # the newest is put first: older ones still queued (this stage was busy) are stale
+            if self.input_queue is not None:
+                self.input_queue.drop_where(lambda queued: isinstance(queued, PartialTranscript))
             if self.gate.admits(item.stamp):
                 self.on_partial_transcript(item.text)
             return

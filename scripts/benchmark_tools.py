@@ -326,6 +326,7 @@ async def run_trial(server: Any, provider: Any, scenario: str, prefetch: bool, d
     """One session through the whole tool loop; measures the follow-up's latency (see the docstring)."""
     from openai import AsyncOpenAI
 
+    from speech_to_speech.core.events import Event, ResponseStarted
     from speech_to_speech.testing.realtime import EventLog
     from speech_to_speech.testing.responses_server import Call, Reply, Text
 
@@ -341,15 +342,13 @@ async def run_trial(server: Any, provider: Any, scenario: str, prefetch: bool, d
         try:
             created = await log.wait_for("session.created", EVENT_TIMEOUT_S)
             session = next(s for s in list(server.server.sessions) if s.id == created.session.id)
-            claims: list[bool] = []
-            original = session.llm.respond_or_claim
+            claims: list[bool] = []  # each response started: True when a follow-up generated ahead was claimed
 
-            def respond_or_claim(options: dict[str, Any] | None, enqueue: Callable[[], None]) -> bool:
-                claimed = original(options, enqueue)
-                claims.append(claimed)
-                return claimed
+            def on_event(event: Event) -> None:
+                if isinstance(event, ResponseStarted):
+                    claims.append(event.claimed_by is not None)
 
-            session.llm.respond_or_claim = respond_or_claim
+            session.llm.bus.subscribe(on_event)
             if not prefetch:
                 session.llm.prefetch = None
             await conn.session.update(

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.prefetch import (
-    STREAM_POLL_INTERVAL,
     PrefetchCoordinator,
     PrefetchState,
-    PrefetchStream,
     ResponsePrefetchTransaction,
     fingerprint_of,
 )
@@ -315,93 +312,6 @@ def test_concurrent_complete_and_claim_runs_cleanup_exactly_once():
         assert rec.count("cleanup") == 1
 
 
-# ---------------------------------------------------------------------- stream
-
-
-def test_stream_delivers_items_in_order_until_closed():
-    stream = PrefetchStream(4, lambda: False)
-    assert stream.put("a") and stream.put("b")
-    stream.close()
-    stream.close()  # idempotent
-    assert stream.closed
-    assert list(stream) == ["a", "b"]
-    assert list(stream) == []  # ended: a second iteration does not block
-    with pytest.raises(RuntimeError):
-        stream.put("c")
-
-
-def test_stream_rejects_unbounded_size():
-    with pytest.raises(ValueError):
-        PrefetchStream(0, lambda: False)
-
-
-def test_stream_hands_off_between_threads_with_backpressure():
-    stream = PrefetchStream(2, lambda: False)
-    items = list(range(50))
-
-    def produce() -> None:
-        for item in items:
-            assert stream.put(item)
-        stream.close()
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    assert list(stream) == items
-    producer.join(WAIT)
-    assert not producer.is_alive()
-
-
-def test_stream_producer_unblocks_when_cancelled_while_full():
-    cancelled = threading.Event()
-    stream = PrefetchStream(1, cancelled.is_set)
-    assert stream.put("first")  # now full
-
-    returned = threading.Event()
-    result: list[bool] = []
-    when: list[float] = []
-
-    def produce() -> None:
-        result.append(stream.put("second"))
-        when.append(time.monotonic())
-        returned.set()
-
-    threading.Thread(target=produce, daemon=True).start()
-    assert not returned.wait(0.1)  # blocked: the stream is full
-    cancelled_at = time.monotonic()
-    cancelled.set()
-    assert returned.wait(WAIT)
-    assert result == [False]  # dropped
-    assert when[0] - cancelled_at < 2 * STREAM_POLL_INTERVAL + 0.1  # ~100 ms, with scheduling slack
-    assert list(stream) == []  # the consumer stops too, even with "first" buffered
-
-
-def test_stream_consumer_stops_early_when_cancelled():
-    cancelled = threading.Event()
-    stream = PrefetchStream(8, cancelled.is_set)
-    stream.put(1)
-    stream.put(2)
-    seen = []
-    for item in stream:
-        seen.append(item)
-        cancelled.set()
-    assert seen == [1]
-
-
-def test_stream_consumer_waiting_on_empty_stream_unblocks_when_cancelled():
-    cancelled = threading.Event()
-    stream = PrefetchStream(1, cancelled.is_set)
-    done = threading.Event()
-
-    def consume() -> None:
-        list(stream)
-        done.set()
-
-    threading.Thread(target=consume, daemon=True).start()
-    assert not done.wait(0.05)
-    cancelled.set()
-    assert done.wait(WAIT)
-
-
 # ---------------------------------------------------------------------- coordinator
 
 
@@ -522,60 +432,3 @@ def test_coordinator_discard_open_rolls_back_history():
     assert coordinator.take_for(None) is None
     coordinator.discard_open("nothing open")  # no-op
     coordinator.finished(txn)
-
-
-def test_hidden_worker_end_to_end_claimed_output_flows_at_once():
-    """A worker generates hidden into a stream; the claim lets the consumer read it all at once."""
-    coordinator = PrefetchCoordinator()
-    txn = coordinator.try_start("resp_1", {})
-    assert txn is not None
-    stream = PrefetchStream(16, lambda: txn.is_discarded)
-    worker_done = threading.Event()
-
-    def worker() -> None:
-        try:
-            for chunk in ["It ", "is ", "sunny."]:
-                if not stream.put(chunk):
-                    return
-            stream.close()
-            txn.complete(lambda: None)
-        finally:
-            coordinator.finished(txn)
-            worker_done.set()
-
-    threading.Thread(target=worker, daemon=True).start()
-    assert worker_done.wait(WAIT)
-    claimed = coordinator.take_for({})
-    assert claimed is txn
-    assert "".join(stream) == "It is sunny."
-    assert coordinator.try_start("resp_2", {}) is not None  # the slot was released
-
-
-def test_hidden_worker_discarded_while_blocked_stops():
-    coordinator = PrefetchCoordinator()
-    txn = coordinator.try_start("resp_1", {})
-    assert txn is not None
-    stream = PrefetchStream(1, lambda: txn.is_discarded)
-    aborted = threading.Event()
-    txn.register_abort(aborted.set)
-    worker_done = threading.Event()
-    produced: list[bool] = []
-
-    def worker() -> None:
-        try:
-            for chunk in ["a", "b", "c"]:
-                ok = stream.put(chunk)
-                produced.append(ok)
-                if not ok:
-                    return
-        finally:
-            coordinator.finished(txn)
-            worker_done.set()
-
-    threading.Thread(target=worker, daemon=True).start()
-    assert not worker_done.wait(0.1)  # blocked on the full stream; nobody claimed it
-    coordinator.discard_open("new transcription")
-    assert aborted.is_set()
-    assert worker_done.wait(WAIT)
-    assert produced == [True, False]
-    assert coordinator.try_start("resp_2", {}) is not None

@@ -432,7 +432,7 @@ def test_every_message_says_how_it_behaves_on_a_cancel(gate: Gate) -> None:
     from speech_to_speech.core import messages
     from speech_to_speech.core.cancel import MessageKind
     from speech_to_speech.core.handler import StageControl
-    from speech_to_speech.llm.cut import CutToHeard
+    from speech_to_speech.llm.upstream import CutToHeard
 
     classes = [c for _, c in inspect.getmembers(messages, inspect.isclass) if c.__module__ == messages.__name__]
     assert all(issubclass(c, messages.Message) for c in classes)
@@ -448,3 +448,22 @@ def test_every_message_says_how_it_behaves_on_a_cancel(gate: Gate) -> None:
     assert not gate.drops(EndOfResponse(stale))
     assert not gate.drops(messages.Interrupt()) and not gate.drops(CutToHeard(stale.turn_id, "old"))
     assert not gate.drops(TTSInput(gate.new_turn_stamp(), "new words"))
+
+
+def test_take_first_if_takes_only_a_matching_head_and_frees_room() -> None:
+    q = StageQueue(2)
+    assert q.take_first_if(lambda x: True) is None  # empty
+    q.put("a")
+    q.put("b")
+    assert q.take_first_if(lambda x: x == "b") is None  # "b" is not at the head
+    done = threading.Event()
+
+    def produce() -> None:
+        q.put("c")  # blocks: the queue is full
+        done.set()
+
+    threading.Thread(target=produce, daemon=True).start()
+    assert not done.wait(0.05)
+    assert q.take_first_if(lambda x: x == "a") == "a"
+    assert done.wait(1.0)
+    assert drain(q) == ["b", "c"]

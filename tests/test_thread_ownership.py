@@ -1,4 +1,4 @@
-"""No stage method is called from a thread its stage does not own, beyond the listed paths.
+"""No stage method is called from a thread its stage does not own.
 
 :class:`~speech_to_speech.testing.threads.ThreadOwnership` watches every stage method while two
 real runs go through every stage, on real speech:
@@ -9,8 +9,8 @@ real runs go through every stage, on real speech:
   a LibriVox turn whose reply calls a tool, the client's output and ``response.create`` (the
   prefetched follow-up is claimed), and the user talking over the follow-up (a barge-in).
 
-What may still cross threads is :data:`~speech_to_speech.testing.threads.CROSS_THREAD_PATHS`
-(issue 28's remaining work, also in ``docs/architecture.md``); anything else fails here.
+Control reaches a stage as a message handled in its own thread, or through the gate's stamp
+(``docs/architecture.md``, "Control"); any call from another thread fails here.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ LONG_FOLLOW_UP = [
 def check(ownership: ThreadOwnership) -> None:
     report = "\n".join(ownership.report())
     print(report)
-    assert ownership.calls, "nothing was watched: the stage classes were not patched"
-    assert not ownership.regressions, report
+    print(f"{ownership.checked} stage method calls watched")
+    assert ownership.checked > 100, "nothing was watched: the stage classes were not patched"
+    assert not ownership.calls, report
 
 
 def test_local_mode_calls_no_stage_from_another_stage_thread(tmp_path: Path) -> None:
@@ -89,6 +90,8 @@ def test_a_realtime_session_calls_no_stage_from_another_stage_thread(
             await client.log.wait_for("response.done", WAIT_S)
             output = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"sky": "sunny"}'}
             await client.send({"type": "conversation.item.create", "item": output})
+            while len(provider.requests) < 2:  # the follow-up is generated ahead, then claimed
+                await asyncio.sleep(0.01)
             since = len(client.log.events)
             await client.send({"type": "response.create"})
             await client.log.wait_for("response.output_audio.delta", WAIT_S, since=since)
@@ -111,4 +114,5 @@ def test_a_realtime_session_calls_no_stage_from_another_stage_thread(
         events = asyncio.run(asyncio.wait_for(scenario(), 4 * WAIT_S))
         server.wait_until_idle()
     assert not [e for e in events if e["type"] == "error"], events
+    assert len(provider.requests) == 3, "the follow-up generated ahead was not claimed (generated twice)"
     check(ownership)

@@ -5,8 +5,9 @@ Three levels:
 1. the LLM stage alone (:class:`speech_to_speech.testing.fakes.FakeLLM` running as a real stage thread between
    real stage queues, with a :class:`PrefetchCoordinator`): the follow-up to the tool result is
    generated *hidden* as soon as every call is answered, and is either claimed by a plain
-   ``response.create`` (its output then flows) or discarded without a trace; a failed hidden
-   generation discards itself; no prefetch starts while the client's own request is on its way;
+   ``response.create`` (a :class:`ResponseRequest` with claim options, in the stage's queue: its
+   output then flows, in the stage's own thread) or discarded without a trace; a failed hidden
+   generation discards itself; no prefetch starts while the client's own request is waiting;
 2. the realtime server in process, driven by the official ``openai`` SDK, with the
    ``responses-api`` backend pointed at the scripted :mod:`speech_to_speech.testing.responses_server`: the call is
    announced on the side channel, the client sends the output and a plain ``response.create``, and
@@ -183,14 +184,12 @@ def answer_and_prefetch(stage: Stage, call: ToolCallRequest) -> ResponsePrefetch
     return txn
 
 
-class Enqueue:
-    """The ``enqueue`` callback of :meth:`respond_or_claim`: counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self) -> None:
-        self.calls += 1
+def ask(stage: Stage, options: dict[str, Any] | None = None) -> int:
+    """The client's ``response.create`` (``options``: what it asks beyond the session's defaults),
+    as the session sends it: a :class:`ResponseRequest` in the LLM stage's queue. Returns its turn."""
+    stamp = stage.llm.gate.new_turn_stamp()
+    stage.inq.put(ResponseRequest(stamp, claim_options={} if options is None else options))
+    return stamp.turn_id
 
 
 def test_follow_up_is_generated_hidden_then_claimed(make_stage: Callable[..., Stage]) -> None:
@@ -206,13 +205,12 @@ def test_follow_up_is_generated_hidden_then_claimed(make_stage: Callable[..., St
     # its history is there, provisionally (a discard rolls it back)
     assert stage.history()[-1] == ("assistant", "It is sunny in Paris. Enjoy the day!")
 
-    enqueue = Enqueue()
-    assert stage.llm.respond_or_claim({}, enqueue) is True
-    assert enqueue.calls == 0
-    assert txn.state is PrefetchState.CLAIMED
-    started = stage.events_of(ResponseStarted, since)
-    assert len(started) == 1  # replayed by the claim, before it returned
+    request = ask(stage)
     out = stage.take_until_end()
+    assert txn.state is PrefetchState.CLAIMED
+    assert len(stage.llm.requests) == 2, "the follow-up was generated again"
+    started = stage.events_of(ResponseStarted, since)
+    assert len(started) == 1 and started[0].claimed_by == request  # replayed by the claim
     assert [type(m) for m in out] == [TTSInput] * (len(out) - 1) + [EndOfResponse], out
     # spoken in chunks (the first a short phrase), in order, every word once
     assert " ".join(m.text for m in out[:-1]) == "It is sunny in Paris. Enjoy the day!"
@@ -251,11 +249,15 @@ def test_claim_while_still_generating_streams_the_rest(make_stage: Callable[...,
     assert follow_up.paused.wait(WAIT_S)
     assert stage.quiet() == []
 
-    assert stage.llm.respond_or_claim({"metadata": {"client": "test"}}, Enqueue()) is True  # metadata is ignored
-    first = stage.outq.get(timeout=WAIT_S)  # held output flows at once, before the model finished
+    ask(stage, {"metadata": {"client": "test"}})  # metadata is ignored
+    # taken between two provider events (here the provider's pause): the held output flows at
+    # once, before the model finished
+    first = stage.outq.get(timeout=WAIT_S)
     assert isinstance(first, TTSInput) and first.text == "It is sunny."
+    assert not follow_up.resume.is_set()
     follow_up.resume.set()
     out = [first, *stage.take_until_end()]
+    assert len(stage.llm.requests) == 2 and not follow_up.stopped_early
     assert [m.text for m in out if isinstance(m, TTSInput)] == ["It is sunny.", "Take a hat.", "Bye."]
     assert sum(isinstance(m, EndOfResponse) for m in out) == 1 and out[-1].error is None
     assert stage.history()[-1] == ("assistant", "It is sunny. Take a hat. Bye.")
@@ -267,19 +269,13 @@ def test_response_create_with_overrides_discards_the_prefetch(make_stage: Callab
     since = len(stage.events)
     txn = answer_and_prefetch(stage, call)
 
-    enqueue = Enqueue()
-    assert stage.llm.respond_or_claim({"instructions": "x"}, enqueue) is False
-    assert enqueue.calls == 1  # a normal request is queued instead
+    stamp = stage.llm.gate.new_turn_stamp()
+    stage.inq.put(ResponseRequest(stamp, instructions="x", claim_options={"instructions": "x"}))
+    out = stage.take_until_end()  # the fresh response, generated from the tool result
     assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "response.create overrides"
-    assert ("assistant", "It is sunny in Paris.") not in stage.history()
-    assert [i["type"] for i in stage.llm.chat.items()][-1] == "function_call_output"
-    assert stage.quiet() == [], "a discarded prefetch emitted output"
-    assert not stage.events_of(ResponseStarted, since) and not stage.events_of(AssistantText, since)
-
-    # what the enqueue stands for: the fresh response, generated from the tool result
-    stage.inq.put(ResponseRequest(stage.llm.gate.new_turn_stamp(), instructions="x"))
-    out = stage.take_until_end()
+    assert "It is sunny in Paris." not in json.dumps(stage.llm.requests[2]), "the fresh request saw it"
     assert [m.text for m in out if isinstance(m, TTSInput)] == ["Fresh answer."]
+    assert [e.turn_id for e in stage.events_of(ResponseStarted, since)] == [stamp.turn_id]
     assert [e.text for e in stage.events_of(AssistantText, since)] == ["Fresh answer."]
     assert stage.history()[-1] == ("assistant", "Fresh answer.")
     assert sum(1 for role, _ in stage.history() if role == "assistant") == 2  # the call's reply, the fresh one
@@ -299,9 +295,6 @@ def test_discard_before_the_claim_rolls_history_back(make_stage: Callable[..., S
     assert items[: len(before)] == before
     assert [i["type"] for i in items[len(before) :]] == ["function_call_output"]  # the client's item stays
 
-    enqueue = Enqueue()
-    assert stage.llm.respond_or_claim({}, enqueue) is False
-    assert enqueue.calls == 1
     assert stage.quiet() == []
     assert not stage.events_of(ResponseStarted, since) and not stage.events_of(AssistantText, since)
 
@@ -337,14 +330,12 @@ def test_failed_hidden_generation_is_never_claimed(make_stage: Callable[..., Sta
     assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "prefetch failed"
     assert [i["type"] for i in stage.llm.chat.items()][-1] == "function_call_output"
 
-    enqueue = Enqueue()
-    assert stage.llm.respond_or_claim({}, enqueue) is False
-    assert enqueue.calls == 1
     assert stage.quiet() == []
     assert not stage.events_of(ResponseStarted, since) and not stage.events_of(AssistantText, since)
 
-    stage.inq.put(ResponseRequest(stage.llm.gate.new_turn_stamp()))
+    request = ask(stage)  # not claimable: generated afresh
     out = stage.take_until_end()
+    assert [(e.turn_id, e.claimed_by) for e in stage.events_of(ResponseStarted, since)] == [(request, None)]
     assert [m.text for m in out if isinstance(m, TTSInput)] == ["It is sunny."]
     assert FAILURE_FALLBACK not in [m.text for m in out if isinstance(m, TTSInput)]
     assert out[-1].error is None
@@ -375,33 +366,29 @@ def first_call(stage: Stage, text: str) -> ToolCallRequest:
     return next(m for m in out if isinstance(m, ToolCallRequest))
 
 
-def test_no_prefetch_while_a_response_request_is_upstream(make_stage: Callable[..., Stage]) -> None:
-    """The client's response.create passed respond_or_claim but its request is still in an earlier
-    stage (the realtime session queues it before STT) when the tool output reaches the LLM."""
-    stage = make_stage(
-        calling_script(), Script(["It is sunny."]), calling_script(), Script(["Still sunny."]), start=False
-    )
+def test_a_request_still_upstream_claims_the_follow_up_begun_meanwhile(make_stage: Callable[..., Stage]) -> None:
+    """The client's response.create is still in an earlier stage (the realtime session queues it
+    before STT) when the tool output reaches the LLM: the follow-up starts, and the request, when it
+    arrives, takes it: generated once, in order, every word once."""
+    stage = make_stage(calling_script(), Script(["It is sunny."]), start=False)
     call = first_call(stage, "Paris?")
-    enqueue = Enqueue()
-    assert stage.llm.respond_or_claim({}, enqueue) is False and enqueue.calls == 1  # nothing to claim yet
     assert list(stage.llm.process(FunctionOutput(call.call_id, WEATHER_OUTPUT))) == []
-    assert not stage.prefetch.started, "a follow-up was generated ahead although the client had asked already"
+    (txn,) = stage.prefetch.started
+    assert txn.state is PrefetchState.COMPLETED
 
-    out = list(stage.llm.process(ResponseRequest(stage.llm.gate.new_turn_stamp())))  # the request arrives
+    request = ResponseRequest(stage.llm.gate.new_turn_stamp(), claim_options={})
+    out = list(stage.llm.process(request))  # the request arrives
     assert [m.text for m in out if isinstance(m, TTSInput)] == ["It is sunny."]
+    assert isinstance(out[-1], EndOfResponse) and out[-1].error is None
+    assert len(stage.llm.requests) == 2 and txn.state is PrefetchState.CLAIMED
     assert [content for role, content in stage.history() if role == "assistant"] == ["Let me check.", "It is sunny."]
-
-    # once it has arrived, the next tool round is prefetched again
-    call = first_call(stage, "And now?")
-    list(stage.llm.process(FunctionOutput(call.call_id, WEATHER_OUTPUT)))
-    assert len(stage.prefetch.started) == 1 and stage.prefetch.started[0].state is PrefetchState.COMPLETED
 
 
 def test_a_response_request_discards_an_open_prefetch(make_stage: Callable[..., Stage]) -> None:
     stage = make_stage(calling_script(), Script(["It is sunny in Paris."]), Script(["Fresh answer."]))
     call = ask_and_call(stage)
     txn = answer_and_prefetch(stage, call)
-    stage.inq.put(ResponseRequest(stage.llm.gate.new_turn_stamp()))  # not through respond_or_claim
+    stage.inq.put(ResponseRequest(stage.llm.gate.new_turn_stamp()))  # no claim options: not a client's
     out = stage.take_until_end()
     assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "response request"
     assert [m.text for m in out if isinstance(m, TTSInput)] == ["Fresh answer."]
@@ -409,7 +396,7 @@ def test_a_response_request_discards_an_open_prefetch(make_stage: Callable[..., 
         "the fresh request saw the speculative reply"
     )
     assert [content for role, content in stage.history() if role == "assistant"] == ["Let me check.", "Fresh answer."]
-    assert stage.llm.respond_or_claim({}, Enqueue()) is False  # nothing stale is left to claim
+    assert stage.prefetch.open_transaction is None  # nothing stale is left to claim
 
 
 def test_no_prefetch_while_a_call_is_unanswered(make_stage: Callable[..., Stage]) -> None:
@@ -442,16 +429,15 @@ def weather_script() -> list[Reply]:
 
 
 def record_claims(session: RealtimeSession) -> list[bool]:
-    """Wrap the session LLM's ``respond_or_claim``; the returned list gets each result (True: claimed)."""
+    """Each response the session's LLM starts, in order: True when it is a follow-up generated ahead
+    and claimed by the client's request (its :class:`ResponseStarted` names the claiming turn)."""
     results: list[bool] = []
-    original = session.llm.respond_or_claim
 
-    def respond_or_claim(options: dict[str, Any] | None, enqueue: Callable[[], None]) -> bool:
-        claimed = original(options, enqueue)
-        results.append(claimed)
-        return claimed
+    def on_event(event: Event) -> None:
+        if isinstance(event, ResponseStarted):
+            results.append(event.claimed_by is not None)
 
-    session.llm.respond_or_claim = respond_or_claim  # type: ignore[method-assign]
+    session.llm.bus.subscribe(on_event)
     return results
 
 
@@ -460,7 +446,7 @@ async def sdk_session(
     srv: InProcessServer,
 ) -> AsyncIterator[tuple[AsyncRealtimeConnection, EventLog, RealtimeSession, list[bool]]]:
     """An official-SDK connection to ``srv`` once its session exists: the connection, the log of its
-    events, the server's session and the results of its ``respond_or_claim`` (see :func:`record_claims`)."""
+    events, the server's session and whether each response it started was claimed (:func:`record_claims`)."""
     client = AsyncOpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x")
     async with client.realtime.connect(model="s2s") as conn:
         log = EventLog(conn.recv)
@@ -862,14 +848,13 @@ def test_embedded_model_tool_call_keeps_the_pipeline_guarantees(
             result = asyncio.run(sample.execute_tool(call.name, json.loads(call.arguments)))
             assert list(llm.process(FunctionOutput(call.call_id, json.dumps(result)))) == []
         assert outq.empty(), "the hidden follow-up reached the output queue"
-        enqueue = Enqueue()
-        assert llm.respond_or_claim({}, enqueue) is True, "the prefetched follow-up was not claimable"
-        assert enqueue.calls == 0
-        follow_up: list[Any] = []
-        while not follow_up or not isinstance(follow_up[-1], EndOfResponse):
-            follow_up.append(outq.get(timeout=120))
-        time.sleep(QUIET_S)
-        assert outq.empty(), "output after the follow-up's EndOfResponse"
+        txn = llm.prefetch.open_transaction
+        assert txn is not None, "no follow-up was generated ahead"
+        request = ResponseRequest(llm.gate.new_turn_stamp(), claim_options={})  # the client's response.create
+        follow_up = list(llm.process(request))
+        assert txn.state is PrefetchState.CLAIMED, "the follow-up generated ahead was not claimed"
+        assert follow_up and isinstance(follow_up[-1], EndOfResponse), follow_up
+        assert sum(isinstance(m, EndOfResponse) for m in follow_up) == 1
         follow_calls = assert_pipeline_output(follow_up, tool_names)
         assert follow_up[-1].error is None
         record_property("follow_up", follow_up[-1].text)

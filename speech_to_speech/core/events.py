@@ -164,10 +164,13 @@ class ResponseStarted(Event):
         speech_end_time: when the user's speech ended (monotonic s), for a spoken turn.
         revision: the revision of the turn the response answers (a speculative one may be
             superseded before its endpoint, and the response with it).
+        claimed_by: for a follow-up generated ahead (``turn_id`` is its own turn), the turn of the
+            response request that claimed it; None for every other response.
     """
 
     speech_end_time: float | None = None
     revision: int = 0
+    claimed_by: int | None = None
 
 
 @dataclass

@@ -226,6 +226,11 @@ class ResponseRequest(Message):
         instructions: replaces the session instructions for this response (None: keep).
         tools: replaces the session tools for this response (None: keep).
         tool_choice: "auto", "required" or "none" for this response (None: keep).
+        claim_options: a client's request: what it asked for beyond the session's defaults
+            (``instructions``, ``tools``, ``tool_choice``, ``output_modalities``, ``metadata``), so
+            that the LLM stage can tell whether the follow-up it generated ahead is this response
+            (only ``metadata`` may differ: :func:`speech_to_speech.llm.prefetch.fingerprint_of`).
+            None: the request never takes a follow-up generated ahead (it discards it).
     """
 
     stamp: Stamp
@@ -233,6 +238,7 @@ class ResponseRequest(Message):
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | None = None
+    claim_options: dict[str, Any] | None = None
 
 
 @dataclass

@@ -56,6 +56,23 @@ class StageQueue(queue.Queue):
             self.unfinished_tasks += 1
             self.not_empty.notify()
 
+    def take_first_if(self, predicate: Callable[[Any], bool]) -> Any | None:
+        """Take the item at the head of the queue if ``predicate`` is true of it, without blocking.
+
+        For a stage that, in its own thread and in the middle of a long piece of work, looks whether
+        the next message changes that work (the LLM stage generating a follow-up ahead: is the
+        client's request for it next?).
+
+        Returns:
+            The item, now removed; None when the queue is empty or ``predicate`` is false of its head.
+        """
+        with self.mutex:
+            if not self.queue or not predicate(self.queue[0]):
+                return None
+            item = self.queue.popleft()
+            self.not_full.notify()
+            return item
+
     def drop_where(self, predicate: Callable[[Any], bool]) -> int:
         """Remove every queued item for which ``predicate`` is true, keeping order.
 

@@ -15,12 +15,11 @@ The hard part is discarding cleanly. A hidden generation has three kinds of side
   and it is *deferred* until the claim (and dropped on discard);
 * an open provider connection: a discard runs the *abort* callback(s) to close it.
 
-Three classes:
+Two classes (the held events and outputs are the LLM stage's
+:class:`~speech_to_speech.llm.hidden_response.HiddenResponse`):
 
 * :class:`ResponsePrefetchTransaction`: the decision (claimed or discarded), taken once, atomically,
   under one lock;
-* :class:`PrefetchStream`: a bounded hand-off of items from the hidden worker to the consumer that
-  claims it; the producer never blocks past a cancellation;
 * :class:`PrefetchCoordinator`: one per session; at most one prefetch worker at a time and the
   session's open (claimable) transaction.
 """
@@ -30,19 +29,13 @@ from __future__ import annotations
 import copy
 import enum
 import logging
-import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
 #: the one ``response.create`` field a claim ignores: it does not change what the model generates
 IGNORED_FINGERPRINT_FIELDS = frozenset({"metadata"})
-#: how often a blocked :class:`PrefetchStream` producer or consumer re-checks cancellation (seconds)
-STREAM_POLL_INTERVAL = 0.05
-#: the default bound of a :class:`PrefetchStream`
-PREFETCH_STREAM_MAXSIZE = 16
 
 
 def fingerprint_of(response_options: dict | None) -> dict:
@@ -343,93 +336,6 @@ class ResponsePrefetchTransaction:
         aborts, rollbacks = undo
         _run_callbacks(aborts, "abort", self.key)
         _run_callbacks(rollbacks, "rollback", self.key)
-
-
-_END = object()
-
-
-class PrefetchStream:
-    """Bounded hand-off of items from the hidden worker to the consumer that claims it.
-
-    One producer (:meth:`put`, then :meth:`close`) and one consumer (iteration). The producer blocks
-    while the stream is full, but re-checks ``is_cancelled`` at least every
-    :data:`STREAM_POLL_INTERVAL` seconds, so a cancellation (e.g. the prefetch was discarded, or the
-    claimed response was interrupted) always unblocks it. The consumer likewise stops early once
-    cancelled, even with items still buffered.
-    """
-
-    def __init__(self, maxsize: int, is_cancelled: Callable[[], bool]) -> None:
-        """Create an empty stream.
-
-        Args:
-            maxsize: how many items may wait for the consumer; at least 1.
-            is_cancelled: returns True once the stream is no longer wanted; must be cheap and
-                thread-safe.
-
-        Raises:
-            ValueError: ``maxsize`` is below 1 (``queue.Queue`` would make that unbounded).
-        """
-        if maxsize < 1:
-            raise ValueError(f"maxsize must be at least 1, got {maxsize}")
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize)
-        self._is_cancelled = is_cancelled
-        self._closed = threading.Event()
-        self._ended = False
-
-    def _offer(self, item: Any) -> bool:
-        while not self._is_cancelled():
-            try:
-                self._queue.put(item, timeout=STREAM_POLL_INTERVAL)
-            except queue.Full:
-                continue
-            return True
-        return False
-
-    def put(self, item: Any) -> bool:
-        """Hand one item to the consumer, blocking while the stream is full.
-
-        Returns:
-            True if the item was queued; False if the stream was cancelled first (the item is
-            dropped; the producer should stop).
-
-        Raises:
-            RuntimeError: the stream was already closed.
-        """
-        if self._closed.is_set():
-            raise RuntimeError("put() on a closed PrefetchStream")
-        return self._offer(item)
-
-    def close(self) -> None:
-        """Mark the end of the stream; the consumer stops after the items queued before it.
-
-        Blocks like :meth:`put` while full; if cancelled meanwhile the end marker is not queued (the
-        consumer stops on the cancellation anyway). Calling it again does nothing.
-        """
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        self._offer(_END)
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._closed.is_set()
-
-    def __iter__(self) -> Iterator[Any]:
-        """Yield items in order until the end marker, or until cancelled (checked before each item)."""
-        while not self._ended:
-            if self._is_cancelled():
-                return
-            try:
-                item = self._queue.get(timeout=STREAM_POLL_INTERVAL)
-            except queue.Empty:
-                continue
-            if item is _END:
-                self._ended = True
-                return
-            if self._is_cancelled():
-                return
-            yield item
 
 
 class PrefetchCoordinator:

@@ -3,7 +3,7 @@
 A user turn can be answered more than once: the VAD endpoints "Hi there," at its pause, the LLM
 stage answers it, then the user goes on and the turn is reopened (a new *revision* of it, see
 :class:`~speech_to_speech.core.cancel.Stamp`) and answered again. The sink then reports what was
-heard of each reply (:class:`~speech_to_speech.llm.cut.CutToHeard`), in any order relative to the
+heard of each reply (:class:`~speech_to_speech.llm.upstream.CutToHeard`), in any order relative to the
 new reply. :class:`RepliesInHistory` keeps, per turn, the reply to its latest revision and the one it
 superseded, so that each cut lands on the reply it is about, and a superseded reply the user never
 heard leaves history (the turn reads as one user message and one reply).

@@ -11,8 +11,10 @@ Everything else is written here, once:
   excepted, it is billing);
 * history: a transactional :class:`~speech_to_speech.llm.chat.Chat`, written
   provisionally and committed only if the turn is still current; a tool call
-  is committed on its own once the client is shown it, so that its output
-  always pairs with it;
+  is committed on its own once the client is shown it (:class:`~speech_to_speech.llm.upstream.CommitToolCall`),
+  so that its output always pairs with it;
+* the follow-up to tool results generated ahead, held until the client's
+  request claims it (:mod:`speech_to_speech.llm.hidden_response`);
 * errors: an empty request fails early, a timeout speaks an apology, any other
   exception is recorded and, if nothing was said yet, a fallback line is spoken;
   so is a spoken reply with nothing to hear (no text, or only markdown and emoji);
@@ -21,9 +23,7 @@ Everything else is written here, once:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -38,7 +38,6 @@ from speech_to_speech.core.events import (
     FirstToken,
     ResponseStarted,
     ToolCallEvent,
-    ToolCallReady,
     UserTranscript,
 )
 from speech_to_speech.core.handler import SHOWN_AS_EVENT, BaseHandler
@@ -97,6 +96,7 @@ class _ResponseState:
     stamp: Stamp
     key: str
     wants_audio: bool
+    publish: Callable[[Event], None]  # the bus's, or the hidden response's (held until claimed)
     deltas: list[str] = field(default_factory=list)
     final_text: str | None = None
     tool_calls: int = 0
@@ -107,6 +107,7 @@ class _ResponseState:
     language: str | None = None  # of the user's turn: the reply is spoken in it
     said_instead: str = ""  # the stage's own line said for a failed reply (the apology, the fallback)
     after_tool_output: bool = False  # the request answers tool results
+    hidden: bool = False  # a follow-up generated ahead, not yet claimed when it started
 
 
 class BaseLLMHandler(BaseHandler):
@@ -137,17 +138,13 @@ class BaseLLMHandler(BaseHandler):
         #: speculative follow-ups to tool results (a realtime session's; None: none generated ahead)
         self.prefetch = prefetch
         self.default_wants_audio = True  # modality of responses nobody asked for yet (prefetch)
-        self._hidden: tuple[str, HiddenResponse] | None = None
-        self._prefetch_lock = threading.Lock()
-        #: cancel generations of the response requests queued by respond_or_claim that have not
-        #: reached this stage yet (they pass earlier stages first); no prefetch starts meanwhile
-        self._requests_on_the_way: list[int] = []
+        self._hidden: tuple[str, HiddenResponse] | None = None  # the follow-up generated ahead, by key
+        self._unclaimed: ResponseRequest | None = None  # a request for another response, met while generating it
         self.replies = RepliesInHistory(self.chat, keep=4 * config.history_turns)  # for cuts to what was heard
         self._history_lock = self.replies.lock  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
         #: calls emitted downstream and not yet shown to the client: call id -> (response key, stored item)
         self._calls_in_flight: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
-        self.bus.subscribe(self._on_bus_event)
 
     # -- backend hooks --------------------------------------------------------------
     def setup(self) -> None:
@@ -242,11 +239,13 @@ class BaseLLMHandler(BaseHandler):
         if isinstance(item, FunctionOutput):
             self.chat.append_tool_output(item.call_id, item.output)
             if self.prefetch is not None and self._all_calls_answered():
-                self._prefetch()
+                yield from self._prefetch()
             return
         if isinstance(item, ResponseRequest):
-            with self._prefetch_lock, contextlib.suppress(ValueError):
-                self._requests_on_the_way.remove(item.stamp.generation)
+            held = self._claim(item)
+            if held is not None:  # the follow-up generated ahead is this response
+                yield from held
+                return
             if self.prefetch is not None:  # it answers the history as it is, not a speculative reply
                 self.prefetch.discard_open("response request")
             if not self.gate.admits(item.stamp):
@@ -312,8 +311,11 @@ class BaseLLMHandler(BaseHandler):
     def _generate(
         self, item: Transcript, request: LLMRequest, txn: ResponsePrefetchTransaction | None = None
     ) -> Iterator[Any]:
-        st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio, language=item.language)
+        hidden = self._hidden[1] if txn is not None and self._hidden is not None else None
+        publish = hidden.publish if hidden is not None else self.bus.publish
+        st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio, publish, language=item.language)
         st.after_tool_output = bool(request.items) and request.items[-1].get("type") == "function_call_output"
+        st.hidden = txn is not None
         if txn is not None:
             txn.on_rollback(lambda: self.chat.cancel_provisional_generation(st.key))
         self.replies.started(st.stamp.turn_id, st.key, st.stamp.revision)
@@ -321,7 +323,7 @@ class BaseLLMHandler(BaseHandler):
         try:
             if not any(i.get("role") == "user" or i.get("type") == "function_call_output" for i in request.items):
                 raise EmptyRequestError("empty request: no user input to answer")
-            self.bus.publish(ResponseStarted(st.stamp.turn_id, item.speech_end_time or None, st.stamp.revision))
+            st.publish(ResponseStarted(st.stamp.turn_id, item.speech_end_time or None, st.stamp.revision))
             start = time.monotonic()
             sent = True
             yield from self._consume(st, self._timed_events(request, lambda: self._stale(st.stamp), start), start)
@@ -369,6 +371,10 @@ class BaseLLMHandler(BaseHandler):
         )
         try:
             for event in events:
+                if st.hidden:  # generated ahead: is the client's request for it next in the queue?
+                    yield from self._claim_next(st)
+                    if st.cancelled:
+                        return
                 if event is STALLED:  # the provider paused: a whole sentence held for more text goes now
                     if st.wants_audio and isinstance(streamer, SentenceStreamer) and not self._stale(st.stamp):
                         for batch in streamer.flush_complete():
@@ -391,7 +397,7 @@ class BaseLLMHandler(BaseHandler):
                 elif isinstance(event, TextDelta) and event.text:
                     if not st.deltas:
                         ttft = (time.monotonic() - start) * 1000
-                        self.bus.publish(FirstToken(st.stamp.turn_id, ttft_ms=ttft))
+                        st.publish(FirstToken(st.stamp.turn_id, ttft_ms=ttft))
                     st.deltas.append(event.text)
                     if not st.wants_audio:
                         yield TextOutput(st.stamp, event.text)
@@ -429,8 +435,9 @@ class BaseLLMHandler(BaseHandler):
         """Write the call to history before anyone can see it, then emit it.
 
         The call is provisional, like the rest of the response, until the client is shown it
-        (:class:`ToolCallReady`, see :meth:`_on_bus_event`); from then on it stays in history
-        whatever happens to the rest of the response, so that its output pairs with it.
+        (:class:`~speech_to_speech.llm.upstream.CommitToolCall`, see :meth:`commit_shown_call`);
+        from then on it stays in history whatever happens to the rest of the response, so that its
+        output pairs with it.
         """
         item = {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
         stored = None if self._stale(st.stamp) else self.chat.add_provisional_generation_items(st.key, [item])
@@ -443,16 +450,15 @@ class BaseLLMHandler(BaseHandler):
                 self._calls_in_flight.popitem(last=False)
         st.tool_calls += 1
         event = ToolCallEvent(st.stamp.turn_id, call_id=call.call_id, name=call.name, arguments=call.arguments)
-        self.bus.publish(event)
+        st.publish(event)
         yield ToolCallRequest(st.stamp, call.call_id, call.name, call.arguments)
 
-    def _on_bus_event(self, event: Event) -> None:
-        """A call goes out to the client (the LM output stage publishes it; this subscriber runs
-        before the session's): commit it to history on its own."""
-        if not isinstance(event, ToolCallReady):
-            return
+    def commit_shown_call(self, call_id: str) -> None:
+        """The client was shown call ``call_id`` (a ``CommitToolCall``, in this stage's
+        thread): it stays in history from now on, even if the response that made it was cancelled
+        or rolled back meanwhile (then it is written again, at the end). Unknown ids are ignored."""
         with self._history_lock:
-            entry = self._calls_in_flight.pop(event.call_id, None)
+            entry = self._calls_in_flight.pop(call_id, None)
             if entry is not None:
                 self.chat.commit_provisional_call(*entry)
 
@@ -494,7 +500,7 @@ class BaseLLMHandler(BaseHandler):
         if stale:
             st.error = st.error or "cancelled"
         else:
-            self.bus.publish(AssistantText(st.stamp.turn_id, text=text, error=st.error))
+            st.publish(AssistantText(st.stamp.turn_id, text=text, error=st.error))
         if not text and st.tool_calls == 0 and st.error is None:
             logger.warning("%s: turn %d got an empty text reply", self.name, st.stamp.turn_id)
         usage = {"input_tokens": st.usage.input_tokens, "output_tokens": st.usage.output_tokens} if st.usage else {}
@@ -513,77 +519,78 @@ class BaseLLMHandler(BaseHandler):
         outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
         return bool(calls) and calls <= outputs
 
-    def _prefetch(self) -> None:
+    def _prefetch(self) -> Iterator[Any]:
         """Generate the follow-up to tool results hidden, before the client asks for it.
 
-        Its events and outputs are held until a plain ``response.create`` claims it
-        (then they flow at once); a discard aborts the generation and rolls its
-        history back. A generation that fails discards itself, so that the client's
-        ``response.create`` gets a fresh attempt. Nothing reaches TTS before the claim.
+        Its events and outputs are held (:class:`HiddenResponse`) until the client's plain
+        ``response.create`` claims it: a :class:`ResponseRequest` met at the head of this stage's
+        queue between two provider events (:meth:`_claim_next`) or after (:meth:`process`); the held
+        output then flows at once. Any other request, or a discard by the session, stops it and rolls
+        its history back; a failed one discards itself (the client's request generates afresh).
         """
         assert self.prefetch is not None
-        with self._prefetch_lock:
-            generation = self.gate.scope.generation  # requests of older generations were flushed
-            self._requests_on_the_way = [g for g in self._requests_on_the_way if g == generation]
-            if self._requests_on_the_way:
-                return  # the client already asked: its request is on its way to this stage
-            if self.input_queue is not None and not self.input_queue.empty():
-                return  # more work is waiting (maybe the client's own response request)
-            stamp = self.gate.new_turn_stamp()
-            txn = self.prefetch.try_start(f"prefetch_{stamp.turn_id}", {})
-            if txn is None:
-                return
-            hidden = HiddenResponse(self, txn)
-            self._hidden = (txn.key, hidden)
+        if self.input_queue is not None and not self.input_queue.empty():
+            return  # more work is waiting (maybe the client's own response request)
+        stamp = self.gate.new_turn_stamp()
+        txn = self.prefetch.try_start(f"prefetch_{stamp.turn_id}", {})
+        if txn is None:
+            return
+        hidden = HiddenResponse(self.bus)
+        self._hidden = (txn.key, hidden)
         txn.register_abort(lambda: self.gate.turns.revise(stamp.turn_id))  # stale: generation stops
-        real_bus, self.bus = self.bus, hidden  # type: ignore[assignment]
         try:
             item = Transcript(stamp, "", language=self.latest_language(), wants_audio=self.default_wants_audio)
             for out in self._generate(item, self.build_request(item), txn):
-                # a failed follow-up is never offered for a claim: the client's response.create
-                # generates afresh (the failure may be transient); one already claimed still ends
+                # a failed follow-up is never claimed (the request generates afresh); a claimed one ends
                 failed = isinstance(out, EndOfResponse) and out.error not in (None, "cancelled")
-                if failed and txn.discard("prefetch failed"):
+                if (failed and txn.discard("prefetch failed")) or txn.is_discarded:
                     break
-                if txn.is_discarded or not hidden.put(out):
-                    break
+                if hidden.released:
+                    yield out
+                    continue
+                hidden.hold(out)
         finally:
-            self.bus = real_bus
-            hidden.stream.close()
             self.prefetch.finished(txn)
+        unclaimed, self._unclaimed = self._unclaimed, None
+        if unclaimed is not None:
+            yield from self.process(unclaimed)
+
+    def _claim_next(self, st: _ResponseState) -> Iterator[Any]:
+        """Between two provider events of the follow-up generated ahead: if a response request is
+        next in this stage's queue, take it and claim the follow-up for it (the held output goes on
+        at once, :meth:`_claim`), or, when it asks for another response, stop generating and leave
+        it to :meth:`_prefetch` (which handles it next)."""
+        queue = self.input_queue
+        request = queue.take_first_if(lambda m: isinstance(m, ResponseRequest)) if queue is not None else None
+        if request is None:
+            return
+        st.hidden = False
+        held = self._claim(request)
+        if held is None:
+            self._unclaimed = request
+            st.cancelled = True
+            return
+        yield from held
+
+    def _claim(self, request: ResponseRequest) -> list[Any] | None:
+        """Claim the follow-up generated ahead for ``request`` if it is that response: a client's
+        current request whose options match (:meth:`PrefetchCoordinator.take_for`, which discards
+        the follow-up when they do not). Returns the held outputs to send on, or None."""
+        if self.prefetch is None or self._hidden is None or request.claim_options is None:
+            return None
+        key, hidden = self._hidden
+        txn = self.prefetch.open_transaction
+        if txn is None or txn.key != key or not self.gate.admits(request.stamp):
+            return None
+        if self.prefetch.take_for(request.claim_options) is None:
+            return None
+        self._hidden = None
+        return hidden.release(request.stamp.turn_id)
 
     def on_partial_transcript(self, text: str) -> None:
         """The words of the turn being spoken so far (a :class:`PartialTranscript`, in this stage's
         thread): a backend that can evaluate the prompt ahead starts on it here, without blocking
         (llama-cpp does); by default nothing."""
-
-    def respond_or_claim(self, options: dict[str, Any] | None, enqueue: Callable[[], None]) -> bool:
-        """A client asked for a response: take the hidden follow-up if it is that response,
-        else discard it and call ``enqueue`` (which queues a normal response request).
-
-        Both happen under the prefetch lock, and the request is remembered until it
-        reaches this stage, so a follow-up can never start while a response request is
-        on its way here (through the queues and stages before this one).
-
-        Returns:
-            True if a prefetched response was claimed (its output now flows).
-        """
-        with self._prefetch_lock:
-            if self.prefetch is not None and self._hidden is not None:
-                key, hidden = self._hidden
-                txn = self.prefetch.open_transaction
-                claimable = txn is not None and txn.key == key
-                if claimable and self.prefetch.take_for(options, deferred_cleanup=hidden.release) is not None:
-                    return True
-                self.prefetch.discard_open("response.create")
-            generation = self.gate.scope.generation
-            self._requests_on_the_way.append(generation)
-            try:
-                enqueue()
-            except BaseException:
-                self._requests_on_the_way.remove(generation)
-                raise
-            return False
 
     # -- history compaction -------------------------------------------------------------
     def _compact(self, items: list[dict[str, Any]]) -> tuple[str, str]:

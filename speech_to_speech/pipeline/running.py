@@ -23,12 +23,13 @@ from speech_to_speech.core.events import (
     ReplyResumed,
     ResponseInterrupted,
     SpeechStarted,
+    ToolCallReady,
     TurnSuperseded,
 )
-from speech_to_speech.core.handler import BaseHandler
+from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import ControlMessage, Flush, Interrupt, Pause, Resume
 from speech_to_speech.core.queues import StageQueue
-from speech_to_speech.llm.cut import CutToHeard
+from speech_to_speech.llm.upstream import CommitToolCall, CutToHeard
 from speech_to_speech.pipeline.registry import get_backend
 from speech_to_speech.speech.audio_io import AudioDeviceError, StreamClock
 from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight
@@ -205,7 +206,9 @@ class Pipeline:
           (:class:`BargeIn`), a cancel that keeps the user's turn and an :class:`Interrupt`;
         - a superseded speculative turn: a :class:`Flush` (its queued work is stale; none of it
           reached the sink);
-        - the sink's report of what was heard of a cut reply: a :class:`CutToHeard` to the LLM.
+        - the sink's report of what was heard of a cut reply: a :class:`CutToHeard` to the LLM;
+        - a tool call going out to the client (the LM output stage's :class:`ToolCallReady`): a
+          :class:`CommitToolCall` to the LLM, at the head of its queue, before the client can answer.
         """
         if isinstance(event, SpeechStarted):
             if not event.pauses_reply:
@@ -220,9 +223,16 @@ class Pipeline:
         elif isinstance(event, TurnSuperseded):
             self._to_every_stage(Flush())
         elif isinstance(event, ResponseInterrupted):
-            for stage in self.stages:  # the LLM stage (by type: a hand-built chain has no roles)
-                if isinstance(stage, CutToHeard.target) and stage.input_queue is not None:
-                    stage.input_queue.put_first(CutToHeard(event.turn_id, event.heard_text, event.revision))
+            self._to_llm(CutToHeard(event.turn_id, event.heard_text, event.revision))
+        elif isinstance(event, ToolCallReady):
+            self._to_llm(CommitToolCall(event.call_id))
+
+    def _to_llm(self, message: StageControl) -> None:
+        """Put ``message`` at the head of the LLM stage's queue (found by type: a hand-built chain
+        has no roles)."""
+        for stage in self.stages:
+            if isinstance(stage, message.target) and stage.input_queue is not None:
+                stage.input_queue.put_first(message)
 
     def interrupt(self, at: float, report_silent: bool = False, keep: list[int] | None = None) -> None:
         """Barge-in: put an :class:`Interrupt` at the head of every stage's queue.

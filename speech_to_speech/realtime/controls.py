@@ -7,11 +7,12 @@ work keeps its place), applied by the stage between two items (see
 :meth:`speech_to_speech.core.handler.BaseHandler._control`).
 
 Cutting a reply to what the client played (``conversation.item.truncate``) is a message too:
-:class:`~speech_to_speech.llm.cut.CutToHeard`, the one the pipeline sends on a barge-in.
-What the session calls directly is the LLM stage's locked interface, each call taking the lock
-that guards what it touches: :meth:`~speech_to_speech.llm.stage.BaseLLMHandler.respond_or_claim`
-(a response request, or the claim of a follow-up generated ahead), ``prefetch.discard_open`` and
-reading ``chat.items()``.
+:class:`~speech_to_speech.llm.upstream.CutToHeard`, the one the pipeline sends on a barge-in.
+A ``response.create`` is a :class:`~speech_to_speech.core.messages.ResponseRequest` on the same
+queue; the LLM stage decides, in its thread, whether the follow-up it generated ahead is that
+response. What the session still calls directly are two objects with their own locks, not stage
+methods: ``prefetch.discard_open`` (the coordinator of follow-ups generated ahead) and
+``chat.items()`` (reading the history).
 """
 
 from __future__ import annotations

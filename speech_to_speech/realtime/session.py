@@ -53,8 +53,8 @@ from speech_to_speech.core.events import (
 )
 from speech_to_speech.core.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
 from speech_to_speech.core.queues import StageQueue
-from speech_to_speech.llm.cut import CutToHeard
 from speech_to_speech.llm.stage import BaseLLMHandler
+from speech_to_speech.llm.upstream import CutToHeard
 from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
 from speech_to_speech.pipeline.console import MetricsCollector, latency_metadata
 from speech_to_speech.realtime.config import SessionConfig, apply_update, check_modalities
@@ -132,7 +132,6 @@ class RealtimeSession:
         self._user_items: dict[int, str] = {}
         self._input_audio_s: dict[int, float] = {}  # per turn: seconds of audio sent to STT
         self._requested: dict[int, tuple[list[str], dict[str, str] | None]] = {}  # turn -> modalities, metadata
-        self._claiming: tuple[list[str], dict[str, str] | None] | None = None  # while a prefetch is claimed
         #: events of user speech that paused a reply, per turn, held until its words decide
         self._held: dict[int, list[Event]] = {}
         #: turns that resumed the reply: their events that come after the verdict (the VAD's endpoint
@@ -415,24 +414,24 @@ class RealtimeSession:
         if modalities != list(config.output_modalities):
             options["output_modalities"] = modalities
         stamp = self.gate.new_turn_stamp()
+        # a follow-up to tool results may already be generated ahead: the LLM stage gives it to a
+        # plain request (only metadata may differ, see claim_options), else discards it
         request = ResponseRequest(
             stamp,
             wants_audio=modalities != ["text"],
             instructions=params.get("instructions"),
             tools=tools,
             tool_choice=tool_choice,
+            claim_options=options,
         )
         self._requested[stamp.turn_id] = (modalities, metadata)
         while len(self._requested) > 64:  # requests cancelled before they started never pop theirs
             self._requested.pop(next(iter(self._requested)))
-        self._claiming = (modalities, metadata)
         try:
-            # a follow-up to tool results may already have been generated ahead; it is claimed
-            # by a plain response.create (only metadata may differ), else discarded
-            if self.llm.respond_or_claim(options, lambda: self._enqueue(request)):
-                self._requested.pop(stamp.turn_id, None)
-        finally:
-            self._claiming = None
+            self._enqueue(request)
+        except ProtocolError:
+            self._requested.pop(stamp.turn_id, None)
+            raise
 
     def cancel_response(self, event: ResponseCancelEvent) -> None:
         """``response.cancel``: stop the response in progress (what was heard stays in history)."""
@@ -522,9 +521,8 @@ class RealtimeSession:
     def _on_response_event(self, event: Event) -> None:
         """The response's pipeline events become protocol events (after the stages acted on them)."""
         if isinstance(event, ResponseStarted):
-            requested = self._requested.pop(event.turn_id, None)
-            if requested is None and self._claiming is not None and threading.get_ident() == self._loop_thread:
-                requested = self._claiming  # a follow-up generated ahead, claimed just now
+            # a follow-up generated ahead has its own turn; the request that claimed it has the options
+            requested = self._requested.pop(event.turn_id if event.claimed_by is None else event.claimed_by, None)
             modalities, metadata = requested or (list(self.config.output_modalities), None)
             start = lambda: self.output.start(event.turn_id, modalities, metadata)  # noqa: E731
             # a reply begun at a pause is announced once the endpoint confirms it, never if superseded

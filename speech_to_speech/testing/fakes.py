@@ -364,10 +364,11 @@ class FakeProviderLLM(BaseLLMHandler):
 
 
 def make_provider_llm(*scripts: list[ProviderEvent], blocks: bool = False, **config: Any) -> FakeProviderLLM:
-    """A set-up :class:`FakeProviderLLM` playing ``scripts``, its :class:`LLMConfig` made of ``config``."""
+    """A set-up :class:`FakeProviderLLM` playing ``scripts``, its :class:`LLMConfig` made of ``config``
+    (an input queue, no output queue: drive it with :meth:`~BaseLLMHandler.process`)."""
     llm = FakeProviderLLM(
         threading.Event(),
-        None,
+        StageQueue(16),  # for the control messages a test puts at its head
         None,
         Gate(),
         EventBus(),

@@ -7,9 +7,7 @@ handled in that thread, or through the gate's stamp (``docs/architecture.md``, "
 :class:`ThreadOwnership` patches every method of every stage class while it is entered, and
 records each call made, while the stage's thread runs (between its ``setup`` and its end), from a
 thread the stage does not own: another stage's, an event loop's, a timer another stage started.
-
-The paths that still cross threads by design are listed, each with its reason, in
-:data:`CROSS_THREAD_PATHS`; issue 28 is to remove them. Anything else is a regression.
+None is allowed.
 """
 
 from __future__ import annotations
@@ -22,17 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from speech_to_speech.core.handler import BaseHandler
-
-#: (class that defines the method, method) -> why it is called from a thread its stage does not own
-CROSS_THREAD_PATHS: dict[tuple[str, str], str] = {
-    ("BaseLLMHandler", "_on_bus_event"): (
-        "a bus subscriber: runs in every publisher's thread; commits a tool call to history on "
-        "ToolCallReady (the LM output stage's thread) before the client sees it"
-    ),
-    ("BaseLLMHandler", "respond_or_claim"): (
-        "the realtime session (event loop) claims a prefetched follow-up under the prefetch lock"
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -48,12 +35,6 @@ class ForeignCall:
     stage: str
     method: str
     thread: str
-
-    @property
-    def allowed(self) -> bool:
-        """Whether it is one of :data:`CROSS_THREAD_PATHS`."""
-        owner, _, name = self.method.partition(".")
-        return (owner, name) in CROSS_THREAD_PATHS
 
 
 def _stage_classes() -> list[type]:
@@ -82,16 +63,12 @@ class ThreadOwnership:
     NOT_CHECKED = frozenset(("run", "start", "join", "is_alive", "setup", "cleanup"))
 
     def __init__(self) -> None:
-        self.calls: list[ForeignCall] = []
+        self.calls: list[ForeignCall] = []  # each foreign call once
+        self.checked = 0  # calls of running stages' methods watched (a sanity count)
         self._lock = threading.Lock()
         self._owner: dict[threading.Thread, threading.Thread] = {}  # a started thread -> its stage
         self._patched: list[tuple[type, str, Any]] = []
         self._local = threading.local()  # per thread: the stages whose methods are running in it
-
-    @property
-    def regressions(self) -> list[ForeignCall]:
-        """The calls not listed in :data:`CROSS_THREAD_PATHS`."""
-        return [call for call in self.calls if not call.allowed]
 
     def owner(self, thread: threading.Thread) -> threading.Thread | None:
         """The stage that owns ``thread`` (itself, if it is a stage), or None."""
@@ -144,6 +121,7 @@ class ThreadOwnership:
                 return function(stage, *args, **kwargs)
             ready = getattr(stage, "ready", None)
             if ready is not None and ready.is_set() and stage.is_alive():
+                self.checked += 1
                 caller = threading.current_thread()
                 if self.owner(caller) is not stage:
                     self._record(ForeignCall(stage.name, label, caller.name))
@@ -162,6 +140,6 @@ class ThreadOwnership:
                 self.calls.append(call)
 
     def report(self) -> Iterator[str]:
-        """One line per recorded call: ``stage: Class.method from thread (allowed|REGRESSION)``."""
+        """One line per foreign call: ``stage: Class.method from thread``."""
         for call in list(self.calls):
-            yield f"{call.stage}: {call.method} from {call.thread} ({'allowed' if call.allowed else 'REGRESSION'})"
+            yield f"{call.stage}: {call.method} from {call.thread}"

@@ -107,7 +107,7 @@ class _ResponseState:
     language: str | None = None  # of the user's turn: the reply is spoken in it
     said_instead: str = ""  # the stage's own line said for a failed reply (the apology, the fallback)
     after_tool_output: bool = False  # the request answers tool results
-    hidden: bool = False  # a follow-up generated ahead, not yet claimed when it started
+    hidden: bool = False  # a follow-up generated ahead, still unclaimed: look for its request between events
 
 
 class BaseLLMHandler(BaseHandler):

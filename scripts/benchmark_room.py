@@ -317,6 +317,9 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
             metrics = [r for r in room.records("speech_stopped") if r.get("endpoint_delay_ms") is not None]
             if metrics:
                 condition.endpoint_ms.append(float(metrics[-1]["endpoint_delay_ms"]))
+            ended = {k: v for k, v in (metrics[-1] if metrics else {}).items() if k.startswith("endpoint")}
+            said = " | ".join(r["text"] for r in heard)
+            print(f"  question {clip.name}: heard {said!r}; {ended}", file=sys.stderr, flush=True)
             time.sleep(SETTLE_S)
     finally:
         room.close()

@@ -281,6 +281,28 @@ def test_response_create_with_overrides_discards_the_prefetch(make_stage: Callab
     assert sum(1 for role, _ in stage.history() if role == "assistant") == 2  # the call's reply, the fresh one
 
 
+def test_another_request_while_generating_stops_the_follow_up_and_is_answered(
+    make_stage: Callable[..., Stage],
+) -> None:
+    follow_up = Script(["It is sunny. ", "Take a hat. ", "Bye."], pause_after=2)
+    stage = make_stage(calling_script(), follow_up, Script(["Fresh answer."]))
+    call = ask_and_call(stage)
+    stage.inq.put(FunctionOutput(call.call_id, WEATHER_OUTPUT))
+    assert follow_up.paused.wait(WAIT_S)
+    txn = stage.prefetch.open_transaction
+    assert txn is not None
+
+    stamp = stage.llm.gate.new_turn_stamp()
+    stage.inq.put(ResponseRequest(stamp, instructions="x", claim_options={"instructions": "x"}))
+    out = stage.take_until_end()  # met between two provider events (the pause): the follow-up stops
+    follow_up.resume.set()
+    assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "response.create overrides"
+    assert [m.text for m in out if isinstance(m, TTSInput)] == ["Fresh answer."]
+    assert {m.stamp for m in out} == {stamp} and out[-1].error is None
+    assert stage.quiet() == []
+    assert [content for role, content in stage.history() if role == "assistant"] == ["Let me check.", "Fresh answer."]
+
+
 def test_discard_before_the_claim_rolls_history_back(make_stage: Callable[..., Stage]) -> None:
     stage = make_stage(calling_script(), Script(["It is sunny in Paris."]))
     call = ask_and_call(stage)

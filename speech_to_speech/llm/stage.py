@@ -107,7 +107,7 @@ class _ResponseState:
     language: str | None = None  # of the user's turn: the reply is spoken in it
     said_instead: str = ""  # the stage's own line said for a failed reply (the apology, the fallback)
     after_tool_output: bool = False  # the request answers tool results
-    hidden: bool = False  # a follow-up generated ahead, still unclaimed: look for its request between events
+    held: HiddenResponse | None = None  # a follow-up generated ahead: what it holds until claimed
 
 
 class BaseLLMHandler(BaseHandler):
@@ -139,7 +139,6 @@ class BaseLLMHandler(BaseHandler):
         self.prefetch = prefetch
         self.default_wants_audio = True  # modality of responses nobody asked for yet (prefetch)
         self._hidden: tuple[str, HiddenResponse] | None = None  # the follow-up generated ahead, by key
-        self._unclaimed: ResponseRequest | None = None  # a request for another response, met while generating it
         self.replies = RepliesInHistory(self.chat, keep=4 * config.history_turns)  # for cuts to what was heard
         self._history_lock = self.replies.lock  # commit vs. cutting a reply to what was heard
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
@@ -311,11 +310,11 @@ class BaseLLMHandler(BaseHandler):
     def _generate(
         self, item: Transcript, request: LLMRequest, txn: ResponsePrefetchTransaction | None = None
     ) -> Iterator[Any]:
-        hidden = self._hidden[1] if txn is not None and self._hidden is not None else None
-        publish = hidden.publish if hidden is not None else self.bus.publish
+        held = self._hidden[1] if txn is not None and self._hidden is not None else None
+        publish = held.publish if held is not None else self.bus.publish
         st = _ResponseState(item.stamp, f"resp_{uuid.uuid4().hex}", item.wants_audio, publish, language=item.language)
         st.after_tool_output = bool(request.items) and request.items[-1].get("type") == "function_call_output"
-        st.hidden = txn is not None
+        st.held = held
         if txn is not None:
             txn.on_rollback(lambda: self.chat.cancel_provisional_generation(st.key))
         self.replies.started(st.stamp.turn_id, st.key, st.stamp.revision)
@@ -371,7 +370,7 @@ class BaseLLMHandler(BaseHandler):
         )
         try:
             for event in events:
-                if st.hidden:  # generated ahead: is the client's request for it next in the queue?
+                if st.held is not None and not st.held.released:  # is the client's request for it next?
                     yield from self._claim_next(st)
                     if st.cancelled:
                         return
@@ -551,23 +550,20 @@ class BaseLLMHandler(BaseHandler):
                 hidden.hold(out)
         finally:
             self.prefetch.finished(txn)
-        unclaimed, self._unclaimed = self._unclaimed, None
-        if unclaimed is not None:
-            yield from self.process(unclaimed)
 
     def _claim_next(self, st: _ResponseState) -> Iterator[Any]:
         """Between two provider events of the follow-up generated ahead: if a response request is
         next in this stage's queue, take it and claim the follow-up for it (the held output goes on
-        at once, :meth:`_claim`), or, when it asks for another response, stop generating and leave
-        it to :meth:`_prefetch` (which handles it next)."""
+        at once, :meth:`_claim`), or, when it asks for another response, stop generating and put it
+        back at the head of the queue (this stage takes it next)."""
         queue = self.input_queue
         request = queue.take_first_if(lambda m: isinstance(m, ResponseRequest)) if queue is not None else None
         if request is None:
             return
-        st.hidden = False
         held = self._claim(request)
         if held is None:
-            self._unclaimed = request
+            assert queue is not None
+            queue.put_first(request)
             st.cancelled = True
             return
         yield from held

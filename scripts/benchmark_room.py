@@ -6,7 +6,8 @@ in live mode plays on the default sink and its microphone hears that sink ``ECHO
 ``--echo_gain`` (a laptop's speakers, no headphones), plus one reflection :data:`REFLECTION_MS`
 later at :data:`REFLECTION_GAIN` of it (a little reverberation), plus, when asked, noise played
 into the microphone at ``--snr_db`` under the user's speech: ``pink`` (a fan), ``music``
-(synthesised chords with a melody), ``babble`` (four LibriVox speakers at once). The program's
+(synthesised chords with a melody), ``babble`` (four LibriVox speakers at once), playing from
+before the program starts listening (a room that was noisy already). The program's
 LLM is the scripted ``/v1/responses`` endpoint of ``speech_to_speech/testing/responses_server.py`` (a five-sentence
 story, about 15 s spoken; "Sure, go ahead." after an interruption), so each trial is quick and
 the same; its VAD, STT and TTS are the embedded ones. Per condition (the echo canceller on or off,
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from speech_to_speech.testing.noise import NOISES, make_noise, speech_rms
 from speech_to_speech.testing.responses_server import STORY_REPLY, Reply, ResponsesServer, Text
 from speech_to_speech.testing.room import (
     ECHO_MS,
@@ -56,7 +58,6 @@ from speech_to_speech.testing.room import (
     TAP_RATE,
     LiveProgram,
     SoundServer,
-    frame_rms,
     missing_tools,
     sound_after,
     sound_frames,
@@ -83,59 +84,6 @@ STOPPED_QUIET_S = 0.7
 WAIT_S = 90.0
 #: quiet time between trials, s
 SETTLE_S = 2.0
-NOISES = ("pink", "music", "babble")
-
-
-# -- noise ---------------------------------------------------------------------------------------------
-
-
-def make_noise(kind: str, seconds: float, rate: int = TAP_RATE, seed: int = 7) -> np.ndarray:
-    """``seconds`` of ``kind`` noise at ``rate`` Hz, float32 with an RMS of 1 (scaled by the caller).
-
-    Raises:
-        ValueError: an unknown kind.
-    """
-    rng = np.random.default_rng(seed)
-    count = int(seconds * rate)
-    if kind == "pink":  # 1/f power: white noise shaped in the frequency domain
-        spectrum = np.fft.rfft(rng.standard_normal(count))
-        frequencies = np.fft.rfftfreq(count, 1 / rate)
-        spectrum[1:] /= np.sqrt(frequencies[1:])
-        spectrum[0] = 0
-        noise = np.fft.irfft(spectrum, count)
-    elif kind == "music":  # a chord per second (root, third, fifth) with a melody note on each half second
-        t = np.arange(count) / rate
-        roots = 220 * 2 ** (np.array([0, 5, 7, 3]) / 12)
-        noise = np.zeros(count)
-        for second in range(int(np.ceil(seconds))):
-            part = slice(second * rate, min(count, (second + 1) * rate))
-            root = roots[second % len(roots)]
-            for ratio in (1, 1.26, 1.5):
-                noise[part] += np.sin(2 * np.pi * root * ratio * t[part])
-            for half in range(2):
-                note = slice(part.start + half * rate // 2, min(part.stop, part.start + (half + 1) * rate // 2))
-                pitch = root * 2 ** (rng.integers(0, 12) / 12) * 2
-                envelope = np.exp(-np.arange(note.stop - note.start) / (0.15 * rate))
-                noise[note] += 1.5 * np.sin(2 * np.pi * pitch * t[note]) * envelope
-    elif kind == "babble":  # four LibriVox speakers at once, each looped
-        voices = []
-        for path in list(librivox_clips())[:4]:
-            samples, clip_rate = sf.read(str(path), dtype="float32", always_2d=True)
-            assert clip_rate == rate, clip_rate
-            voice = samples.mean(axis=1)
-            voices.append(np.resize(voice / (np.sqrt(np.mean(voice**2)) + 1e-9), count))
-        noise = np.sum(voices, axis=0)
-    else:
-        raise ValueError(f"unknown noise {kind!r}; one of {', '.join(NOISES)}")
-    return (noise / (np.sqrt(np.mean(noise**2)) + 1e-12)).astype(np.float32)
-
-
-def speech_rms(clip: Path) -> float:
-    """RMS of the loud frames of ``clip`` (its speech, not its pauses)."""
-    samples, _ = sf.read(str(clip), dtype="float32", always_2d=True)
-    rms = frame_rms(samples.mean(axis=1), TAP_RATE)
-    loud = rms[rms > rms.max() * 10 ** (-30 / 20)]
-    return float(np.sqrt(np.mean(loud**2)))
 
 
 # -- one condition -------------------------------------------------------------------------------------
@@ -241,21 +189,25 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
         *responses_api_flags(provider.base_url, "story"),
         "--echo_cancel",
         "auto" if condition.echo_cancel else "false",
+        "--background_gate",
+        args.background_gate,
     ]
+    clips = list(librivox_clips().items())
+    noise_file = None
+    if condition.noise != "none":
+        level = speech_rms(clips[0][0]) * 10 ** (-condition.snr_db / 20)  # type: ignore[operator]
+        noise_file = workdir / f"noise-{condition.noise}.wav"
+        seconds = (args.trials + args.stories) * 60 + 180
+        sf.write(str(noise_file), make_noise(condition.noise, seconds) * level, TAP_RATE)
     room = Room(workdir, args.echo_gain, flags)
     try:
+        if noise_file is not None:  # a room that was noisy before the program started listening
+            room.play_noise(noise_file)
         if not room.program.wait_listening(300):
             condition.error = "the program did not start: " + " | ".join(room.program.lines[-5:])
             return
         request = workdir / "request.wav"
         subprocess.run(["espeak-ng", "-w", str(request), REQUEST], check=True)
-        clips = list(librivox_clips().items())
-        if condition.noise != "none":
-            level = speech_rms(clips[0][0]) * 10 ** (-condition.snr_db / 20)  # type: ignore[operator]
-            noise_file = workdir / f"noise-{condition.noise}.wav"
-            seconds = args.trials * 60 + 120
-            sf.write(str(noise_file), make_noise(condition.noise, seconds) * level, TAP_RATE)
-            room.play_noise(noise_file)
         # the stories first: the canceller's first story, before AEC3 has converged, is where it is
         # likeliest to take its own voice for the user; the interruptions then find it converged
         for _ in range(args.stories):
@@ -382,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--echo_gain", type=float, default=0.7, help="the echo's PulseAudio volume (1.0: 100 %%)")
     parser.add_argument("--echo_cancel", choices=("on", "off", "both"), default="both")
     parser.add_argument("--noise", default="none", help=f"comma-separated: none, {', '.join(NOISES)}")
+    parser.add_argument(
+        "--background_gate",
+        choices=("auto", "false"),
+        default="auto",
+        help="the program's --background_gate (auto: on, its default for a microphone)",
+    )
     parser.add_argument("--snr_db", type=float, default=10.0, help="noise level under the user's speech, dB")
     args = parser.parse_args(argv)
     noises = [n.strip() for n in args.noise.split(",") if n.strip()]
@@ -400,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             run_condition(condition, args, Path(tmp))
         report([condition], file=sys.stderr)  # as it comes: a long run keeps what it measured
     print(
-        f"\nthe room: the echo at {args.echo_gain:g} volume, {ECHO_MS} ms late, a reflection {REFLECTION_MS} ms later"
+        f"\nthe room: the echo at {args.echo_gain:g} volume, {ECHO_MS} ms late, a reflection {REFLECTION_MS} ms later;"
+        f" the background gate {'on' if args.background_gate == 'auto' else 'off'}"
     )
     report(conditions)
     print(f"\nthe canceller's CPU time: {canceller_cpu_ms():.1f} ms per second of audio (one core)")

@@ -42,6 +42,7 @@ from speech_to_speech.speech.audio_io import (
 )
 from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnavailable
 from speech_to_speech.speech.playback import PlaybackReference
+from speech_to_speech.turns.background import BackgroundGate
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
@@ -279,6 +280,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
             semantic_turns=features.smart_turn,
             echo=EchoGate(echo_reference) if echo_reference is not None else None,
             canceller=_canceller(args, ends),
+            background=_background(args, ends),
         )
         # the transcript of a pause the end-of-turn model judged unfinished may still read finished:
         # the STT tells the VAD, at the head of its input queue
@@ -421,6 +423,20 @@ def _canceller(args: argparse.Namespace, ends: Ends) -> EchoCanceller | None:
             logger.warning("%s; the echo gate alone keeps the voice's echo out", exc)
             return None
         raise PipelineError(str(exc)) from None
+
+
+def _background(args: argparse.Namespace, ends: Ends) -> BackgroundGate | None:
+    """The VAD's background gate (``--background_gate``): on a raw microphone in a room by default.
+
+    Raises:
+        PipelineError: ``--background_gate`` is not auto, true or false.
+    """
+    wanted = str(args.background_gate).lower()
+    if wanted not in ("auto", "true", "false"):
+        raise PipelineError(f"--background_gate must be auto, true or false, not {args.background_gate!r}")
+    if wanted == "false" or (wanted == "auto" and not ends.raw_input):
+        return None
+    return BackgroundGate()
 
 
 _NO_DEVICE_HINT = (

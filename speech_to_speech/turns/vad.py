@@ -43,6 +43,7 @@ from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import AudioChunk, PartialSpeech, SpeechSegment
 from speech_to_speech.core.priority import CRITICAL
 from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnavailable
+from speech_to_speech.turns.background import BackgroundGate
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.endpointer import (
     BY_MAX_SPEECH,
@@ -127,6 +128,9 @@ class VADConfig:
             microphone that can hear it, local mode's, from the moment the voice is found in it),
             "true" (also on WebRTC calls), "false" (:mod:`speech_to_speech.speech.echo_cancel`).
         noise_suppression: WebRTC's noise suppression on the input, before VAD and STT.
+        background_gate: "auto" (the default: where the input is a raw microphone in a room, local
+            mode's), "true" or "false": speech no louder than the room's background, other people
+            talking, is not the user's (:mod:`speech_to_speech.turns.background`).
     """
 
     vad_threshold: float = 0.5
@@ -147,6 +151,7 @@ class VADConfig:
     echo_gate: bool = True
     echo_cancel: str = "auto"
     noise_suppression: bool = False
+    background_gate: str = "auto"
 
 
 class BaseVADHandler(BaseHandler):
@@ -175,6 +180,9 @@ class BaseVADHandler(BaseHandler):
 
     With :attr:`echo` set (the user's microphone can hear the assistant's voice), each chunk's
     score goes through the echo gate first: a chunk the voice just played can explain scores 0.
+    With :attr:`background` set (a microphone in a room), a chunk must also stand out from the
+    room's background level to be speech (:mod:`speech_to_speech.turns.background`): a television
+    or other people talking further away are not the user.
     With :attr:`canceller` set, every input block is cleaned of the voice's echo (and of noise)
     before anything else sees it: the VAD, the end-of-turn model and the STT.
 
@@ -191,6 +199,8 @@ class BaseVADHandler(BaseHandler):
         semantic_turns: end turns with the model of ``config.turn_detection`` (False: on silence).
         echo: sets aside the echo of the assistant's voice (None: the input cannot hear it).
         canceller: the input's echo canceller and noise suppression (None: the input as it comes).
+        background: sets aside speech no louder than the room's background, other people talking
+            (None: every chunk the model scores as speech is the user's).
         *args, **kwargs: the :class:`~speech_to_speech.core.handler.BaseHandler` arguments.
     """
 
@@ -204,6 +214,7 @@ class BaseVADHandler(BaseHandler):
         semantic_turns: bool = False,
         echo: EchoGate | None = None,
         canceller: EchoCanceller | None = None,
+        background: BackgroundGate | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -237,6 +248,8 @@ class BaseVADHandler(BaseHandler):
         self.echo = echo
         #: cleans the input of the voice's echo and of noise first (None, the default: raw input)
         self.canceller = canceller
+        #: sets aside other people's speech, no louder than the room (None, the default: all speech)
+        self.background = background
 
     def setup(self) -> None:
         self.load()
@@ -305,6 +318,8 @@ class BaseVADHandler(BaseHandler):
             probability = self.speech_probability(chunk)  # always: the model's state follows the stream
             if self.echo is not None:
                 probability = self.echo.filter(chunk, item.time, probability, self.endpointer.in_speech)
+            if self.background is not None:
+                probability = self.background.filter(chunk, probability, self.endpointer.in_speech)
             result = self.endpointer.feed(chunk, probability)
             if self.endpointer.last_chunk_was_speech:
                 self._speech_end_time = item.time

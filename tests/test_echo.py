@@ -19,20 +19,19 @@ from speech_to_speech.core.events import (
     EventBus,
     ReplyResumed,
     ReplyWords,
-    ResponseStarted,
     SpeechStarted,
     UserTranscriptDelta,
 )
-from speech_to_speech.core.messages import END_OF_STREAM, AudioChunk, EndOfResponse, Transcript
+from speech_to_speech.core.messages import END_OF_STREAM, AudioChunk, EndOfResponse
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.pipeline.builder import SESSION, Ends, build
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.realtime.media import OutputAudioBuffer
 from speech_to_speech.speech.playback import REFERENCE_BLOCK_S, PlaybackReference
 from speech_to_speech.testing.fakes import FakeVAD, RecordingSink
+from speech_to_speech.testing.judge import JudgeRig
 from speech_to_speech.turns.backchannel import is_echo
 from speech_to_speech.turns.echo import LEARN_MIN_CHUNKS, MAX_DELAY_S, EchoGate
-from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
 from speech_to_speech.turns.vad import BaseVADHandler
 from tests.helpers import responses_api_flags, wait_until
 from tests.test_playback import audio, rig_factory  # noqa: F401 (rig_factory: a fixture)
@@ -173,43 +172,29 @@ def test_other_words_are_not(heard: str) -> None:
     assert not is_echo("Once upon a time.", "")
 
 
-@pytest.fixture
-def judge() -> Any:
-    made: list[Interruptions] = []
-
-    def make(hears_voice: bool) -> tuple[Interruptions, EventBus, Gate, list[Any]]:
-        bus, gate, events = EventBus(), Gate(), []
-        bus.subscribe(events.append)
-        interruptions = Interruptions(bus, RepliesInFlight(bus), 60_000, hears_voice=hears_voice)
-        reply = gate.new_turn_stamp().turn_id
-        bus.publish(ResponseStarted(reply))
-        bus.publish(ReplyWords(reply, text=STORY, at=time.monotonic()))
-        made.append(interruptions)
-        return interruptions, bus, gate, events
-
-    yield make
-    for interruptions in made:
-        interruptions.close()
+def judge(hears_voice: bool) -> JudgeRig:
+    """The judge, with the story playing as its reply."""
+    rig = JudgeRig.build(hears_voice=hears_voice)
+    rig.bus.publish(ReplyWords(rig.reply, text=STORY, at=time.monotonic()))
+    return rig
 
 
-def test_an_echo_of_the_reply_resumes_it_where_the_input_hears_the_voice(judge: Callable[..., Any]) -> None:
-    interruptions, bus, gate, events = judge(hears_voice=True)
-    turn = gate.new_turn_stamp().turn_id
-    bus.publish(SpeechStarted(turn, pauses_reply=True))
-    bus.publish(UserTranscriptDelta(turn, text="Once upon a time there"))  # a long partial of the echo
-    assert not [e for e in events if isinstance(e, BargeIn)]
-    queue = JudgedTranscripts(interruptions, 4)
-    assert not queue.put_unless_stopped(Transcript(gate.stamp(turn), "Once upon a time.", "en"), threading.Event())
-    assert [(e.reason, e.text) for e in events if isinstance(e, ReplyResumed)] == [("echo", "Once upon a time.")]
+def test_an_echo_of_the_reply_resumes_it_where_the_input_hears_the_voice() -> None:
+    j = judge(hears_voice=True)
+    turn = j.gate.new_turn_stamp().turn_id
+    j.bus.publish(SpeechStarted(turn, pauses_reply=True))
+    j.bus.publish(UserTranscriptDelta(turn, text="Once upon a time there"))  # a long partial of the echo
+    assert not j.of(BargeIn)
+    assert not j.transcript(turn, "Once upon a time.")
+    assert [(e.reason, e.text) for e in j.of(ReplyResumed)] == [("echo", "Once upon a time.")]
 
 
-def test_where_the_input_cannot_hear_the_voice_the_same_words_interrupt(judge: Callable[..., Any]) -> None:
-    interruptions, bus, gate, events = judge(hears_voice=False)
-    turn = gate.new_turn_stamp().turn_id
-    bus.publish(SpeechStarted(turn, pauses_reply=True))
-    queue = JudgedTranscripts(interruptions, 4)
-    assert queue.put_unless_stopped(Transcript(gate.stamp(turn), "Once upon a time?", "en"), threading.Event())
-    assert [e.reason for e in events if isinstance(e, BargeIn)] == ["words"]
+def test_where_the_input_cannot_hear_the_voice_the_same_words_interrupt() -> None:
+    j = judge(hears_voice=False)
+    turn = j.gate.new_turn_stamp().turn_id
+    j.bus.publish(SpeechStarted(turn, pauses_reply=True))
+    assert j.transcript(turn, "Once upon a time?")
+    assert [e.reason for e in j.of(BargeIn)] == ["words"]
 
 
 def test_the_sink_publishes_the_words_as_their_audio_plays(rig_factory: Callable[..., Any]) -> None:  # noqa: F811

@@ -48,8 +48,10 @@ from speech_to_speech.llm.prompts import INTERRUPTION_MARKER
 from speech_to_speech.pipeline.builder import Pipeline
 from speech_to_speech.speech.audio_io import FileSink, StreamClock
 from speech_to_speech.testing.fakes import FakeVAD, RecordingSink, Script, VADRig, chained, make_llm, vad_chunks
+from speech_to_speech.testing.judge import JudgeRig
+from speech_to_speech.testing.runs import BusLog
 from speech_to_speech.turns.endpointer import BY_END_OF_INPUT, BY_MAX_SPEECH, BY_MODEL, BY_SILENCE, DEFAULT_PAUSE_MS
-from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
+from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight, TurnJudge
 from speech_to_speech.turns.turn_detection import (
     EAGERNESS_MAX_SILENCE_MS,
     TurnDetector,
@@ -216,11 +218,11 @@ def test_speech_during_a_reply_pauses_it_instead_of_cancelling() -> None:
     bus, gate, events = rig.bus, rig.gate, rig.events
     replies = RepliesInFlight(bus)
     interruptions = Interruptions(bus, replies, resume_within_ms=60_000)
+    bus.subscribe(lambda event: interruptions.on_event(event) if isinstance(event, Interruptions.EVENTS) else None)
     reply = gate.new_turn_stamp()
     bus.publish(ResponseStarted(reply.turn_id))
     rig.vad.interruptions = interruptions
     out = rig.run()
-    interruptions.close()
     assert gate.admits(reply), "the reply was cancelled at speech start"
     started = [e for e in events if isinstance(e, SpeechStarted)]
     assert [e.pauses_reply for e in started] == [True]
@@ -396,45 +398,17 @@ def test_the_file_sink_keeps_a_gap_where_the_reply_was_paused(rig: Callable[...,
 
 
 # -- the judge -------------------------------------------------------------------------------------
-@dataclasses.dataclass
-class Judge:
-    bus: EventBus
-    gate: Gate
-    interruptions: Interruptions
-    events: list[Event]
-    reply: int
-
-    def of(self, kind: type[Event]) -> list[Any]:
-        return [e for e in list(self.events) if isinstance(e, kind)]
-
+class Judge(JudgeRig):
     def speech(self) -> int:
         """User speech starts during the reply: returns its turn id."""
         stamp = self.gate.new_turn_stamp()
         self.bus.publish(SpeechStarted(stamp.turn_id, pauses_reply=True))
         return stamp.turn_id
 
-    def transcript(self, turn_id: int, text: str) -> bool:
-        queue = JudgedTranscripts(self.interruptions, 4)
-        return queue.put_unless_stopped(Transcript(self.gate.stamp(turn_id), text, "en"), threading.Event())
-
 
 @pytest.fixture
 def judge() -> Any:
-    made: list[Judge] = []
-
-    def make(resume_within_ms: int = 60_000) -> Judge:
-        bus, gate = EventBus(), Gate()
-        events: list[Event] = []
-        bus.subscribe(events.append)
-        interruptions = Interruptions(bus, RepliesInFlight(bus), resume_within_ms)
-        reply = gate.new_turn_stamp().turn_id
-        bus.publish(ResponseStarted(reply))
-        made.append(Judge(bus, gate, interruptions, events, reply))
-        return made[-1]
-
-    yield make
-    for j in made:
-        j.interruptions.close()
+    return lambda resume_within_ms=60_000: Judge.build(resume_within_ms)
 
 
 def test_a_backchannel_resumes_the_reply_and_never_reaches_the_llm(judge: Callable[..., Judge]) -> None:
@@ -468,7 +442,10 @@ def test_no_words_and_noise_resume_the_reply(judge: Callable[..., Judge]) -> Non
 def test_no_verdict_in_time_is_an_interruption(judge: Callable[..., Judge]) -> None:
     j = judge(resume_within_ms=100)
     turn = j.speech()
-    assert wait_until(lambda: bool(j.of(BargeIn)), timeout_s=2.0)
+    j.judge.tick()
+    assert not j.of(BargeIn)
+    time.sleep(0.15)
+    j.judge.tick()
     assert [(e.turn_id, e.reason) for e in j.of(BargeIn)] == [(turn, "timeout")]
     assert j.transcript(turn, "Yeah.") is True  # too late to be a backchannel: answered
 
@@ -479,6 +456,7 @@ def test_the_words_of_speech_that_ended_get_their_time_from_its_end(judge: Calla
     time.sleep(0.2)
     j.bus.publish(SpeechStopped(turn))  # the user stopped: the STT now has 300 ms
     time.sleep(0.2)
+    j.judge.tick()
     assert not j.of(BargeIn), "timed out from the start of the speech, although it had ended"
     assert j.transcript(turn, "Uh-huh.") is False
     assert [e.reason for e in j.of(ReplyResumed)] == ["backchannel"]
@@ -510,6 +488,49 @@ def test_after_the_reply_a_backchannel_is_an_answer(judge: Callable[..., Judge])
     turn = j.gate.new_turn_stamp().turn_id
     j.bus.publish(SpeechStarted(turn))  # the VAD did not pause anything
     assert j.transcript(turn, "Yeah.") is True and not j.of(ReplyResumed)
+
+
+def test_the_judge_decides_in_its_own_thread_on_the_events_the_pipeline_queues_for_it() -> None:
+    bus, gate, stop = EventBus(), Gate(), threading.Event()
+    log = BusLog(bus)
+    publishers: dict[type, set[str]] = {}
+    bus.subscribe(lambda e: publishers.setdefault(type(e), set()).add(threading.current_thread().name))
+    replies = RepliesInFlight(bus)
+    interruptions = Interruptions(bus, replies, resume_within_ms=200)
+    heard, transcripts = StageQueue(8), StageQueue(8)
+    judge = TurnJudge(
+        stop_event=stop,
+        input_queue=heard,
+        output_queue=transcripts,
+        gate=gate,
+        bus=bus,
+        interruptions=interruptions,
+        name="judge",
+    )
+    pipeline = Pipeline(chained([judge]), stop, gate, bus, StreamClock(), None, replies, interruptions)
+    bus.subscribe(pipeline.on_event)
+    judge.start()
+    try:
+        bus.publish(ResponseStarted(gate.new_turn_stamp().turn_id))
+        backchannel = gate.new_turn_stamp()
+        bus.publish(SpeechStarted(backchannel.turn_id, pauses_reply=True))
+        heard.put(Transcript(backchannel, "Mm-hmm.", "en"))
+        assert log.wait_for(lambda: bool(log.of(ReplyResumed)), 5.0)
+        # the next speech says nothing in time: the judge's own wait on its queue notices
+        question = gate.new_turn_stamp()
+        bus.publish(SpeechStarted(question.turn_id, pauses_reply=True))
+        assert log.wait_for(lambda: bool(log.of(BargeIn)), 5.0)
+        heard.put(Transcript(question, "Yeah.", "en"))  # too late to be a backchannel: answered
+        passed = [transcripts.get(timeout=5.0)]  # with the pipeline's Pauses: the judge is its last stage here
+        while not isinstance(passed[-1], Transcript):
+            passed.append(transcripts.get(timeout=5.0))
+    finally:
+        stop.set()
+        judge.join(5.0)
+    assert [item.text for item in passed if isinstance(item, Transcript)] == ["Yeah."]
+    assert [(e.turn_id, e.reason) for e in log.of(BargeIn)] == [(question.turn_id, "timeout")]
+    for decision in (ReplyPaused, ReplyResumed, BargeIn):
+        assert publishers[decision] == {"judge"}, decision
 
 
 # -- history for a reply cancelled before any of its audio played -----------------------------------

@@ -467,3 +467,15 @@ def test_take_first_if_takes_only_a_matching_head_and_frees_room() -> None:
     assert q.take_first_if(lambda x: x == "a") == "a"
     assert done.wait(1.0)
     assert drain(q) == ["b", "c"]
+
+
+def test_put_ahead_overtakes_data_and_keeps_the_order_of_control_messages() -> None:
+    from speech_to_speech.core.messages import Flush, Interrupt
+
+    q = StageQueue(2)
+    q.put("data 1")
+    q.put("data 2")  # full: put_ahead does not wait
+    q.put_first(interrupt := Interrupt())
+    q.put_ahead(first := Flush())
+    q.put_ahead(second := Flush())
+    assert drain(q) == [interrupt, first, second, "data 1", "data 2"]

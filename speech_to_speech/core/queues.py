@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from speech_to_speech.core.cancel import MessageKind
+
 DEFAULT_MAXSIZE = 64
 
 
@@ -53,6 +55,24 @@ class StageQueue(queue.Queue):
         """
         with self.mutex:
             self.queue.appendleft(item)
+            self.unfinished_tasks += 1
+            self.not_empty.notify()
+
+    def put_ahead(self, item: Any) -> None:
+        """Put ``item`` ahead of every data item but behind the control messages already at the
+        head, at once, even when the queue is full.
+
+        For a stream of control messages that must overtake the data queued in front of them and
+        keep their own order (the events the interruption judge decides on, one after another);
+        :meth:`put_first` puts each in front of the last.
+        """
+        with self.mutex:
+            index = 0
+            for queued in self.queue:
+                if getattr(queued, "kind", None) is not MessageKind.CONTROL:
+                    break
+                index += 1
+            self.queue.insert(index, item)
             self.unfinished_tasks += 1
             self.not_empty.notify()
 

@@ -44,7 +44,7 @@ from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnav
 from speech_to_speech.speech.playback import PlaybackReference
 from speech_to_speech.turns.background import BackgroundGate
 from speech_to_speech.turns.echo import EchoGate
-from speech_to_speech.turns.interruptions import Interruptions, JudgedTranscripts, RepliesInFlight
+from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight, TurnJudge
 from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
 from speech_to_speech.turns.turn_detection import resolve_turn_detection
 from speech_to_speech.turns.vad import SAMPLE_RATE
@@ -74,11 +74,20 @@ SPEAKER_RATE = 24_000
 #: silence fed after an input file, on top of --min_silence_ms, seconds
 FILE_TAIL_SILENCE_S = 0.5
 #: queue capacities (items) between stages, by the queue's name (its items: audio → VAD,
-#: segments → STT, transcripts → LLM, llm_out → LM output, tts_inputs → TTS, audio_out → sink)
-QUEUE_SIZES = {"audio": 256, "segments": 8, "transcripts": 8, "llm_out": 32, "tts_inputs": 32, "audio_out": 64}
+#: segments → STT, heard → the interruption judge, transcripts → LLM, llm_out → LM output,
+#: tts_inputs → TTS, audio_out → sink)
+QUEUE_SIZES = {
+    "audio": 256,
+    "segments": 8,
+    "heard": 8,
+    "transcripts": 8,
+    "llm_out": 32,
+    "tts_inputs": 32,
+    "audio_out": 64,
+}
 #: queue capacities of a realtime session: a client may send audio faster than real time, and its
 #: requests go on the STT's queue without waiting (a full queue is an error for the client)
-SESSION_QUEUE_SIZES = {**QUEUE_SIZES, "audio": 512, "segments": 16, "transcripts": 16, "llm_out": 64}
+SESSION_QUEUE_SIZES = {**QUEUE_SIZES, "audio": 512, "segments": 16, "heard": 16, "transcripts": 16, "llm_out": 64}
 SESSION_QUEUE_SIZES |= {"tts_inputs": 64, "audio_out": 128}
 
 #: the model stages, in data-flow order, and the flag that names each one's backend
@@ -240,7 +249,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
     speculation = SpeculativeTurns(shared.gate) if turn_taking and features.speculative_turns else None
     # replies in flight: one cancelled before any of its audio was played leaves no text in history
     replies = RepliesInFlight(shared.bus) if turn_taking else None
-    # speech during a reply pauses it; its transcript is judged on its way to the LLM
+    # speech during a reply pauses it; its transcript is judged on its way to the LLM (TurnJudge)
     # the input can hear the sink's voice: the VAD sets its echo aside and the judge knows its words
     echo_reference = ends.playback if args.echo_gate else None
     judge = features.interruption_judge and args.interrupt_response and args.resume_within_ms > 0
@@ -249,8 +258,9 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
         hears_voice = echo_reference is not None
         interruptions = Interruptions(shared.bus, replies, args.resume_within_ms, hears_voice=hears_voice)
     names = ("audio", "segments") if ends.speech_input else ()
+    names += ("heard",) if interruptions is not None else ()
     queues = {
-        name: _queue(name, ends.queue_sizes[name], speculation, interruptions)
+        name: _queue(name, ends.queue_sizes[name], speculation)
         for name in (*names, "transcripts", "llm_out", "tts_inputs", "audio_out")
     }
 
@@ -285,7 +295,16 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
         # the transcript of a pause the end-of-turn model judged unfinished may still read finished:
         # the STT tells the VAD, at the head of its input queue
         upstream = queues["audio"] if speculation is not None else None
-        stages["stt"] = model_stage("stt", "segments", "transcripts", speculation=speculation, upstream=upstream)
+        heard = "heard" if interruptions is not None else "transcripts"
+        stages["stt"] = model_stage("stt", "segments", heard, speculation=speculation, upstream=upstream)
+        if interruptions is not None:  # a transcript of speech during a reply is judged here
+            stages["judge"] = TurnJudge(
+                input_queue=queues["heard"],
+                output_queue=queues["transcripts"],
+                interruptions=interruptions,
+                name=_thread_name(ends.thread_prefix, "judge", ""),
+                **shared.kwargs,
+            )
     prefetch = PrefetchCoordinator() if features.prefetch else None
     stages["llm"] = model_stage("llm", "transcripts", "llm_out", prefetch=prefetch)
     lm_output_name = _thread_name(ends.thread_prefix, "lm_output", "")
@@ -339,14 +358,10 @@ def _backends(args: argparse.Namespace, speech_input: bool) -> dict[str, Backend
     return backends
 
 
-def _queue(
-    name: str, size: int, speculation: SpeculativeTurns | None, interruptions: Interruptions | None
-) -> StageQueue:
-    """The queue ``name``: with the interruption judge, transcripts are judged on their way to the
-    LLM; with speculative turns, the LLM pauses after each output of an unconfirmed turn
-    (``llm_out``) and its audio waits in front of the sink (``audio_out``) until it is confirmed."""
-    if name == "transcripts" and interruptions is not None:
-        return JudgedTranscripts(interruptions, size)
+def _queue(name: str, size: int, speculation: SpeculativeTurns | None) -> StageQueue:
+    """The queue ``name``: with speculative turns, the LLM pauses after each output of an
+    unconfirmed turn (``llm_out``) and its audio waits in front of the sink (``audio_out``) until
+    it is confirmed."""
     if speculation is not None and name == "llm_out":
         return PauseUntilConfirmed(speculation, size)
     if speculation is not None and name == "audio_out":

@@ -32,7 +32,7 @@ from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.upstream import CommitToolCall, CutToHeard
 from speech_to_speech.pipeline.registry import get_backend
 from speech_to_speech.speech.audio_io import AudioDeviceError, StreamClock
-from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight
+from speech_to_speech.turns.interruptions import Interruptions, JudgeEvent, RepliesInFlight, TurnJudge
 from speech_to_speech.turns.speculation import SpeculativeTurns
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ class Stages(Sequence[BaseHandler]):
     """A pipeline's stages in data-flow order, each under its role.
 
     Roles: ``source`` (none when the caller feeds the pipeline), ``vad`` and ``stt`` (none for
-    typed input), ``llm``, ``lm_output``, ``tts``, ``sink``. Positions and iteration follow
+    typed input), ``judge`` (the interruption judge, where it is on), ``llm``, ``lm_output``,
+    ``tts``, ``sink``. Positions and iteration follow
     the data flow; a role finds its stage wherever it is (:meth:`get`, :meth:`Pipeline.stage`).
 
     Args:
@@ -200,6 +201,8 @@ class Pipeline:
         """Turn the pipeline's events into control messages, so that every stage acts in its own
         thread, in order with its data:
 
+        - the events the interruption judge decides on (:attr:`Interruptions.EVENTS`): a
+          :class:`JudgeEvent` ahead of the data in its queue, in the order they happened;
         - speech start: an :class:`Interrupt` to every stage (barge-in), unless the speech only
           pauses the reply (the interruption judge decides): then a :class:`Pause` to the sink,
           followed by a :class:`Resume` (a backchannel) or, on a real interruption
@@ -210,6 +213,8 @@ class Pipeline:
         - a tool call going out to the client (the LM output stage's :class:`ToolCallReady`): a
           :class:`CommitToolCall` to the LLM, at the head of its queue, before the client can answer.
         """
+        if self.interruptions is not None and isinstance(event, Interruptions.EVENTS):
+            self._to_judge(JudgeEvent(event))
         if isinstance(event, SpeechStarted):
             if not event.pauses_reply:
                 self.interrupt(event.time, report_silent=event.barge_in)
@@ -226,6 +231,13 @@ class Pipeline:
             self._to_llm(CutToHeard(event.turn_id, event.heard_text, event.revision))
         elif isinstance(event, ToolCallReady):
             self._to_llm(CommitToolCall(event.call_id))
+
+    def _to_judge(self, message: JudgeEvent) -> None:
+        """Put ``message`` ahead of the data in the interruption judge's queue, behind the events
+        already there (they are judged in the order they happened)."""
+        for stage in self.stages:
+            if isinstance(stage, TurnJudge) and stage.input_queue is not None:
+                stage.input_queue.put_ahead(message)
 
     def _to_llm(self, message: StageControl) -> None:
         """Put ``message`` at the head of the LLM stage's queue (found by type: a hand-built chain
@@ -272,8 +284,6 @@ class Pipeline:
             Names of threads still alive after the timeout (normally empty).
         """
         self.stop_event.set()
-        if self.interruptions is not None:
-            self.interruptions.close()
         deadline = time.monotonic() + timeout_s
         for stage in self.stages:
             if stage.is_alive():

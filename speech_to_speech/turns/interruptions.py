@@ -4,9 +4,9 @@ A person who hears "yeah" or "mm-hmm" while talking goes on; one who hears "wait
 stop" stops. So when the user starts speaking while a reply is in flight (from its
 LLM request until its end at the sink), the VAD no longer cancels it: it publishes
 :class:`~speech_to_speech.core.events.SpeechStarted` with ``pauses_reply``, the reply's
-audio is paused at once (the pipeline puts a ``Pause`` in the sink's queue; the
-sink stops within one device block, as for a cut), and :class:`Interruptions`
-waits for the words:
+audio is paused (the judge publishes :class:`~speech_to_speech.core.events.ReplyPaused`
+and the pipeline puts a ``Pause`` in the sink's queue; the sink stops within one device
+block, as for a cut), and :class:`Interruptions` waits for the words:
 
 * a backchannel (:func:`~speech_to_speech.turns.backchannel.is_backchannel`), a false
   start (:func:`~speech_to_speech.turns.backchannel.is_false_start`, an empty transcript),
@@ -14,7 +14,7 @@ waits for the words:
   played in the last :data:`ECHO_MEMORY_S`, from :class:`~speech_to_speech.core.events.ReplyWords`)
   or speech shorter than ``min_speech_ms`` resumes the reply from where it stopped
   (:class:`~speech_to_speech.core.events.ReplyResumed`, then ``Resume``); its transcript
-  never reaches the LLM (:class:`JudgedTranscripts` drops it), so it is neither
+  never reaches the LLM (:class:`TurnJudge` drops it), so it is neither
   answered nor written to history;
 * anything else, a partial transcript of more words than a backchannel has, or no
   verdict in time (``resume_within_ms`` after the speech started, or after it ended
@@ -28,6 +28,11 @@ waits for the words:
 If the user speaks on after a resume (a superseded or reopened backchannel), the
 reply is paused and judged again, with the whole utterance.
 
+The judge is a stage of its own, :class:`TurnJudge`, between the STT and the LLM: the
+transcripts pass through it, the pipeline's events reach it as :class:`JudgeEvent` messages
+ahead of the data in its queue, and it keeps the verdict's deadline with its own wait on that
+queue. Everything it decides, it decides in its thread.
+
 :class:`RepliesInFlight` is the book-keeping both use: which turns have a reply in
 flight and whether any of its audio reached the sink. A reply cancelled before that
 had nothing heard: it gets a :class:`~speech_to_speech.core.events.ResponseInterrupted`
@@ -38,10 +43,13 @@ from __future__ import annotations
 
 import collections
 import logging
+import queue
 import re
 import threading
 import time
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from speech_to_speech.core.events import (
     BargeIn,
@@ -62,8 +70,8 @@ from speech_to_speech.core.events import (
     TurnSuperseded,
     UserTranscriptDelta,
 )
+from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import Transcript
-from speech_to_speech.core.queues import DEFAULT_MAXSIZE, StageQueue
 from speech_to_speech.turns.backchannel import MAX_BACKCHANNEL_WORDS, is_backchannel, is_echo, is_false_start
 
 logger = logging.getLogger(__name__)
@@ -130,14 +138,16 @@ def clearly_words(text: str, language: str | None = "en") -> bool:
 
 
 class Interruptions:
-    """Judges user speech that paused a reply: resume it, or interrupt for real. Thread-safe.
+    """Judges user speech that paused a reply: resume it, or interrupt for real.
 
     The decisions are published as events (:class:`ReplyPaused`, :class:`ReplyResumed`,
     :class:`BargeIn`); the pipeline acts on them (control messages to the sink, the
-    cancel and flush). Inputs: the bus's events and :meth:`judge` (the STT's transcripts).
+    cancel and flush). Inputs: the pipeline's events (:meth:`on_event`), the STT's transcripts
+    (:meth:`judge`) and the clock (:meth:`expire`). Not thread-safe: :class:`TurnJudge` calls
+    it, in its own thread.
 
     Args:
-        bus: the pipeline's event bus (subscribed to here).
+        bus: the pipeline's event bus (where the decisions are published).
         replies: the replies in flight.
         resume_within_ms: a paused reply resumes only on a verdict within this time after
             the user started speaking or, once they stopped, after they stopped (the words
@@ -154,15 +164,14 @@ class Interruptions:
         self.bus = bus
         self.replies = replies
         self.resume_within_s = resume_within_ms / 1000
-        self._changed = threading.Condition()
         self._pending: dict[int, float] = {}  # user turn being judged -> when it started speaking
         self._paused_at: float | None = None
         self._resolved: collections.OrderedDict[int, None] = collections.OrderedDict()
         self._cut: set[int] = set()  # reply turns reported cut since the last barge-in
-        self._timer: threading.Timer | None = None
-        self._round = 0  # which pause the timer belongs to
+        self._deadline: float | None = None  # when the pause's verdict is due (monotonic s)
+        self._awaiting_cut: set[int] = set()  # audible replies an interruption's transcript waits for
+        self._cut_deadline = 0.0  # when that transcript goes on anyway (monotonic s)
         self._played: collections.deque[ReplyWords] = collections.deque()  # the voice's words, oldest first
-        bus.subscribe(self.on_event)
 
     # -- the VAD's question ---------------------------------------------------------------
     def reply_in_flight(self, other_than: int | None = None) -> bool:
@@ -172,14 +181,12 @@ class Interruptions:
     @property
     def paused(self) -> bool:
         """A reply is paused, waiting for the words of :attr:`pending`."""
-        with self._changed:
-            return bool(self._pending)
+        return bool(self._pending)
 
     @property
     def pending(self) -> list[int]:
         """The user turns being judged."""
-        with self._changed:
-            return list(self._pending)
+        return list(self._pending)
 
     # -- events -----------------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
@@ -187,28 +194,40 @@ class Interruptions:
         if isinstance(event, SpeechStarted) and event.pauses_reply:
             self._open(event.turn_id, event.time)
         elif isinstance(event, TurnSuperseded):
-            with self._changed:
-                again = event.turn_id in self._resolved and event.turn_id not in self._pending
+            again = event.turn_id in self._resolved and event.turn_id not in self._pending
             if again and self.reply_in_flight(event.turn_id):
                 self._open(event.turn_id, event.time)  # the "backchannel" goes on: judge it again, whole
         elif isinstance(event, (TurnSpeculated, SpeechStopped)):
-            self._arm(event.turn_id)  # the speech ended: its words get their time from now
+            if event.turn_id in self._pending:
+                self._arm()  # the speech ended: its words get their time from now
         elif isinstance(event, SpeechDiscarded):
             self._resolve(event.turn_id, "too_short", "")
         elif isinstance(event, EmptyTranscript):
             self._resolve(event.turn_id, "no_words", "")
         elif isinstance(event, UserTranscriptDelta):
-            if event.turn_id in self.pending and clearly_words(event.text) and not self.echoes(event.text):
+            if event.turn_id in self._pending and clearly_words(event.text) and not self.echoes(event.text):
                 self._barge_in(event.turn_id, "words", event.text)
         elif isinstance(event, ReplyWords) and self.hears_voice:
-            with self._changed:
-                self._played.append(event)
-                while self._played and self._played[0].at < event.at - ECHO_MEMORY_S:
-                    self._played.popleft()
+            self._played.append(event)
+            while self._played and self._played[0].at < event.at - ECHO_MEMORY_S:
+                self._played.popleft()
         elif isinstance(event, (ReplyCut, ResponseDone)):
-            with self._changed:
-                self._cut.add(event.turn_id)
-                self._changed.notify_all()
+            self._cut.add(event.turn_id)
+            self._awaiting_cut.discard(event.turn_id)
+
+    #: the event types :meth:`on_event` acts on (the pipeline delivers only these to the judge)
+    EVENTS: ClassVar[tuple[type[Event], ...]] = (
+        SpeechStarted,
+        TurnSuperseded,
+        TurnSpeculated,
+        SpeechStopped,
+        SpeechDiscarded,
+        EmptyTranscript,
+        UserTranscriptDelta,
+        ReplyWords,
+        ReplyCut,
+        ResponseDone,
+    )
 
     # -- the STT's transcripts ----------------------------------------------------------------
     def judge(self, item: Transcript) -> bool:
@@ -216,11 +235,11 @@ class Interruptions:
 
         Returns:
             True if the transcript goes on to the LLM (not a pausing turn, or a real
-            interruption: then only once the interrupted replies are cut in history,
-            at most :data:`CUT_WAIT_S`); False if it is dropped (the reply resumes).
+            interruption: then only once the interrupted replies are cut in history, see
+            :meth:`waiting_for_cut`); False if it is dropped (the reply resumes).
         """
         turn = item.stamp.turn_id
-        if turn not in self.pending:
+        if turn not in self._pending:
             return True
         text = item.text
         if is_false_start(text):
@@ -229,7 +248,7 @@ class Interruptions:
             return not self._resolve(turn, "echo", text)
         if is_backchannel(text, item.language):
             return not self._resolve(turn, "backchannel", text)
-        self._barge_in(turn, "words", text, wait_s=CUT_WAIT_S)
+        self._barge_in(turn, "words", text, wait_for_cut=True)
         return True
 
     def echoes(self, text: str) -> bool:
@@ -238,44 +257,51 @@ class Interruptions:
         if not self.hears_voice:
             return False
         horizon = time.monotonic() - ECHO_MEMORY_S
-        with self._changed:
-            played = " ".join(words.text for words in self._played if words.at >= horizon)
+        played = " ".join(words.text for words in self._played if words.at >= horizon)
         return is_echo(text, played)
+
+    # -- the clock --------------------------------------------------------------------------------
+    def waiting_for_cut(self, now: float | None = None) -> bool:
+        """An interruption's transcript is waiting for the replies it cut to be cut in history
+        (:class:`ReplyCut`), for at most :data:`CUT_WAIT_S`."""
+        return bool(self._awaiting_cut) and (now or time.monotonic()) < self._cut_deadline
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`expire` next has something to do (monotonic s), or None."""
+        due = [self._deadline] if self._pending and self._deadline is not None else []
+        if self._awaiting_cut:
+            due.append(self._cut_deadline)
+        return min(due) if due else None
+
+    def expire(self, now: float | None = None) -> None:
+        """No verdict in time on the speech being judged: it interrupts."""
+        now = now or time.monotonic()
+        if self._pending and self._deadline is not None and now >= self._deadline:
+            self._barge_in(next(iter(self._pending)), "timeout", "")
+        if self._awaiting_cut and now >= self._cut_deadline:
+            self._awaiting_cut.clear()
 
     # -- decisions ----------------------------------------------------------------------------
     def _open(self, turn: int, at: float) -> None:
-        with self._changed:
-            first = not self._pending
-            self._pending[turn] = at
-            self._resolved.pop(turn, None)
-            if not first:
-                return
-            self._paused_at = at
-            self._arm_locked()
+        first = not self._pending
+        self._pending[turn] = at
+        self._resolved.pop(turn, None)
+        if not first:
+            return
+        self._paused_at = at
+        self._arm()
         self.bus.publish(ReplyPaused(turn, at=at, reply_turn_ids=self.replies.turns(turn)))
 
-    def _arm(self, turn: int) -> None:
-        """Give the verdict on ``turn`` :attr:`resume_within_s` from now, if it is being judged."""
-        with self._changed:
-            if turn in self._pending:
-                self._arm_locked()
+    def _arm(self) -> None:
+        """Give the verdict :attr:`resume_within_s` from now."""
+        self._deadline = time.monotonic() + self.resume_within_s
 
-    def _arm_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._round += 1
-        self._timer = threading.Timer(self.resume_within_s, self._expire, args=(self._round,))
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _close_locked(self) -> float:
-        """End the pause (lock held); return how long it lasted, ms."""
+    def _close(self) -> float:
+        """End the pause; return how long it lasted, ms."""
         paused_ms = (time.monotonic() - (self._paused_at or time.monotonic())) * 1000
         self._paused_at = None
         self._pending.clear()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline = None
         return paused_ms
 
     def _resolve(self, turn: int, reason: str, text: str) -> bool:
@@ -284,75 +310,125 @@ class Interruptions:
         Returns:
             True if ``turn`` was being judged (so its transcript is to be dropped).
         """
-        with self._changed:
-            if turn not in self._pending:
-                return False
-            del self._pending[turn]
-            self._resolved[turn] = None
-            while len(self._resolved) > RESOLVED_KEPT:
-                self._resolved.popitem(last=False)
-            if self._pending:
-                return True
-            paused_ms = self._close_locked()
+        if turn not in self._pending:
+            return False
+        del self._pending[turn]
+        self._resolved[turn] = None
+        while len(self._resolved) > RESOLVED_KEPT:
+            self._resolved.popitem(last=False)
+        if self._pending:
+            return True
+        paused_ms = self._close()
         logger.info("turn %d: %s (%r), the reply resumes after %.0f ms", turn, reason, text, paused_ms)
         self.bus.publish(ReplyResumed(turn, reason=reason, text=text, paused_ms=paused_ms))
         return True
 
-    def _barge_in(self, turn: int, reason: str, text: str, wait_s: float = 0.0) -> None:
+    def _barge_in(self, turn: int, reason: str, text: str, wait_for_cut: bool = False) -> None:
         """``turn`` interrupts: cancel the replies in flight (keeping every turn being judged)."""
-        with self._changed:
-            if turn not in self._pending:
-                return
-            at = self._paused_at or time.monotonic()
-            keep = list(self._pending)
-            self._close_locked()
-            audible = self.replies.audible()
-            self._cut.difference_update(audible)
+        if turn not in self._pending:
+            return
+        at = self._paused_at or time.monotonic()
+        keep = list(self._pending)
+        self._close()
+        audible = self.replies.audible()
+        self._cut.difference_update(audible)  # only cuts from now on count
         decision_ms = (time.monotonic() - at) * 1000
         logger.info("turn %d interrupts (%s, %r) after %.0f ms", turn, reason, text, decision_ms)
         self.bus.publish(BargeIn(turn, reason=reason, text=text, at=at, decision_ms=decision_ms, keep_turn_ids=keep))
-        if wait_s > 0:
-            deadline = time.monotonic() + wait_s
-            with self._changed:
-                while not set(audible) <= self._cut and time.monotonic() < deadline:
-                    self._changed.wait(max(0.0, deadline - time.monotonic()))
-
-    def _expire(self, round_: int) -> None:
-        with self._changed:
-            if round_ != self._round or not self._pending:
-                return
-            turn = next(iter(self._pending))
-        self._barge_in(turn, "timeout", "")
-
-    def close(self) -> None:
-        """Stop the timer (the pipeline is stopping)."""
-        with self._changed:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+        if wait_for_cut:
+            self._awaiting_cut = set(audible) - self._cut
+            self._cut_deadline = time.monotonic() + CUT_WAIT_S
 
 
-class JudgedTranscripts(StageQueue):
-    """The STT → LLM queue: the transcript of speech that paused a reply is judged on its way in.
+class TurnJudge(BaseHandler):
+    """The interruption judge's stage, between the STT and the LLM: a transcript of speech that
+    paused a reply is judged here, in this stage's own thread.
 
-    A backchannel or false start is dropped here (the reply resumes), so the LLM never
-    sees it; anything else goes on, after the interrupted reply was cut.
+    A backchannel, false start or echo is dropped (the reply resumes), so the LLM never sees it.
+    A real interruption goes on once the LLM stage has cut the interrupted replies in its history
+    (:class:`~speech_to_speech.core.events.ReplyCut`, at most :data:`CUT_WAIT_S`); what comes
+    after it waits behind it. Everything else passes. The pipeline's events reach it as
+    :class:`JudgeEvent` messages ahead of the data in its queue (:meth:`StageQueue.put_ahead`),
+    and the verdict that falls due without words (``resume_within_ms``) is kept by its own wait
+    on that queue: no other thread acts for it.
 
     Args:
-        interruptions: the pipeline's judge.
-        maxsize: capacity in items.
+        interruptions: the judge.
+        *args, **kwargs: the :class:`~speech_to_speech.core.handler.BaseHandler` arguments.
     """
 
-    def __init__(self, interruptions: Interruptions, maxsize: int = DEFAULT_MAXSIZE) -> None:
-        super().__init__(maxsize)
+    def __init__(self, *args: Any, interruptions: Interruptions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.interruptions = interruptions
+        self._held: list[Any] = []  # an interruption's transcript and what came after it
 
-    def put_unless_stopped(self, item: Any, stop: threading.Event, poll_s: float = 0.1) -> bool:
-        """Judge a :class:`Transcript`, then enqueue it unless it was dropped.
-
-        Returns:
-            True if the item was enqueued; False if it was dropped or ``stop`` was set.
-        """
+    def process(self, item: Any) -> Iterator[Any]:
+        if self._held:
+            self._held.append(item)
+            return
         if isinstance(item, Transcript) and not self.interruptions.judge(item):
-            return False
-        return super().put_unless_stopped(item, stop, poll_s)
+            return
+        if self.interruptions.waiting_for_cut():
+            self._held.append(item)
+            return
+        yield item
+
+    def on_event(self, event: Event) -> None:
+        """Judge on ``event`` (from a :class:`JudgeEvent`), then release what may go on."""
+        self.interruptions.on_event(event)
+        self._release()
+
+    def tick(self, now: float | None = None) -> None:
+        """Act on the verdicts and waits that fell due by ``now`` (monotonic s; default: now)."""
+        self.interruptions.expire(now)
+        self._release(now)
+
+    def _release(self, now: float | None = None) -> None:
+        """The interrupted replies were cut (or the wait ran out): send what was held on, in order."""
+        if not self._held or self.interruptions.waiting_for_cut(now):
+            return
+        first, *rest = self._held
+        self._held = []
+        self.emit(first)
+        for item in rest:
+            self._guarded(self.process, item)
+
+    def _next_item(self) -> Any:
+        """The next input item (None if none came), waiting no longer than the next deadline."""
+        assert self.input_queue is not None
+        due = self.interruptions.next_deadline()
+        timeout = self.poll_s if due is None else min(self.poll_s, max(0.0, due - time.monotonic()))
+        try:
+            item = self.input_queue.get(timeout=timeout)
+        except queue.Empty:
+            item = None
+        self.tick()
+        return item
+
+    def _control(self, control: StageControl) -> None:
+        """A control message for a later stage waits behind a held transcript, in order with it."""
+        if self._held and not isinstance(self, control.target):
+            self._held.append(control)
+            return
+        super()._control(control)
+
+    def on_end_of_stream(self) -> Iterator[Any]:
+        held, self._held = self._held, []
+        yield from held
+
+
+@dataclass
+class JudgeEvent(StageControl):
+    """An event for the interruption judge (:attr:`Interruptions.EVENTS`), delivered in its
+    stage's thread: the pipeline puts it ahead of the data in :class:`TurnJudge`'s queue.
+
+    Attributes:
+        event: the pipeline's event.
+    """
+
+    target: ClassVar[type] = TurnJudge
+    event: Event
+
+    def apply(self, stage: Any) -> None:
+        """Hand the event to the judge."""
+        stage.on_event(self.event)

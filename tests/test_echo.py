@@ -17,8 +17,10 @@ from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import (
     BargeIn,
     EventBus,
+    FirstAudio,
     ReplyResumed,
     ReplyWords,
+    ResponseStarted,
     SpeechStarted,
     UserTranscriptDelta,
 )
@@ -222,3 +224,26 @@ def test_the_vad_gets_the_gate_only_where_the_sink_has_a_reference(playback: boo
     vad = pipeline.stage("vad", BaseVADHandler)
     assert (vad.echo is not None) is gated
     assert pipeline.interruptions is not None and pipeline.interruptions.hears_voice is gated
+
+
+def test_the_pipeline_tells_the_vad_and_the_judge_in_their_own_queues() -> None:
+    """A reply's progress reaches the VAD, and the judge's events the judge, as messages ahead of
+    their data, applied in their threads: publishing changes neither stage."""
+    backends = ["--stt", "fake-stt", "--tts", "fake-tts", *responses_api_flags("http://127.0.0.1:9/v1")]
+    ends = Ends(lambda q, shared: RecordingSink(input_queue=q, sample_rate=24_000, **shared.kwargs), source=None)
+    pipeline = build(parse_args(backends), ends, SESSION)
+    vad, judge = pipeline.stage("vad", BaseVADHandler), pipeline.stage("judge")
+    assert vad.input_queue is not None and judge.input_queue is not None
+    pipeline.inputs["audio"].put("an audio block")
+    pipeline.bus.publish(ResponseStarted(7))
+    pipeline.bus.publish(FirstAudio(7))
+    pipeline.bus.publish(SpeechStarted(8, pauses_reply=True))
+    assert vad.replies.turns() == [] and pipeline.interruptions is not None and not pipeline.interruptions.paused
+    queued = [vad.input_queue.get_nowait() for _ in range(vad.input_queue.qsize())]
+    assert [type(m).__name__ for m in queued] == ["ReplyProgress", "ReplyProgress", "str"]
+    for message in queued[:2]:
+        message.apply(vad)
+    assert vad.replies.audible() == [7]
+    (event,) = [judge.input_queue.get_nowait() for _ in range(judge.input_queue.qsize())]
+    event.apply(judge)
+    assert pipeline.interruptions.pending == [8]

@@ -51,7 +51,8 @@ from speech_to_speech.testing.fakes import FakeVAD, RecordingSink, Script, VADRi
 from speech_to_speech.testing.judge import JudgeRig
 from speech_to_speech.testing.runs import BusLog
 from speech_to_speech.turns.endpointer import BY_END_OF_INPUT, BY_MAX_SPEECH, BY_MODEL, BY_SILENCE, DEFAULT_PAUSE_MS
-from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight, TurnJudge
+from speech_to_speech.turns.interruptions import Interruptions, TurnJudge
+from speech_to_speech.turns.replies import RepliesInFlight
 from speech_to_speech.turns.turn_detection import (
     EAGERNESS_MAX_SILENCE_MS,
     TurnDetector,
@@ -219,6 +220,7 @@ def test_speech_during_a_reply_pauses_it_instead_of_cancelling() -> None:
     replies = RepliesInFlight(bus)
     interruptions = Interruptions(bus, replies, resume_within_ms=60_000)
     bus.subscribe(lambda event: interruptions.on_event(event) if isinstance(event, Interruptions.EVENTS) else None)
+    bus.subscribe(rig.vad.replies.on_event)  # the pipeline: ReplyProgress messages, in the VAD's thread
     reply = gate.new_turn_stamp()
     bus.publish(ResponseStarted(reply.turn_id))
     rig.vad.interruptions = interruptions

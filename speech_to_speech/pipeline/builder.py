@@ -44,7 +44,8 @@ from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnav
 from speech_to_speech.speech.playback import PlaybackReference
 from speech_to_speech.turns.background import BackgroundGate
 from speech_to_speech.turns.echo import EchoGate
-from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight, TurnJudge
+from speech_to_speech.turns.interruptions import Interruptions, TurnJudge
+from speech_to_speech.turns.replies import RepliesInFlight
 from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
 from speech_to_speech.turns.turn_detection import resolve_turn_detection
 from speech_to_speech.turns.vad import SAMPLE_RATE

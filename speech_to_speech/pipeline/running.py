@@ -32,7 +32,8 @@ from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.upstream import CommitToolCall, CutToHeard
 from speech_to_speech.pipeline.registry import get_backend
 from speech_to_speech.speech.audio_io import AudioDeviceError, StreamClock
-from speech_to_speech.turns.interruptions import Interruptions, JudgeEvent, RepliesInFlight, TurnJudge
+from speech_to_speech.turns.interruptions import Interruptions, JudgeEvent, ReplyProgress
+from speech_to_speech.turns.replies import RepliesInFlight
 from speech_to_speech.turns.speculation import SpeculativeTurns
 
 logger = logging.getLogger(__name__)
@@ -202,7 +203,9 @@ class Pipeline:
         thread, in order with its data:
 
         - the events the interruption judge decides on (:attr:`Interruptions.EVENTS`): a
-          :class:`JudgeEvent` ahead of the data in its queue, in the order they happened;
+          :class:`JudgeEvent` ahead of the data in its queue, in the order they happened; a
+          reply's progress (:attr:`RepliesInFlight.EVENTS`): a :class:`ReplyProgress` the same
+          way to the VAD, which pauses a reply in flight at speech start;
         - speech start: an :class:`Interrupt` to every stage (barge-in), unless the speech only
           pauses the reply (the interruption judge decides): then a :class:`Pause` to the sink,
           followed by a :class:`Resume` (a backchannel) or, on a real interruption
@@ -214,7 +217,9 @@ class Pipeline:
           :class:`CommitToolCall` to the LLM, at the head of its queue, before the client can answer.
         """
         if self.interruptions is not None and isinstance(event, Interruptions.EVENTS):
-            self._to_judge(JudgeEvent(event))
+            self._ahead(JudgeEvent(event))
+        if self.interruptions is not None and isinstance(event, RepliesInFlight.EVENTS):
+            self._ahead(ReplyProgress(event))
         if isinstance(event, SpeechStarted):
             if not event.pauses_reply:
                 self.interrupt(event.time, report_silent=event.barge_in)
@@ -232,11 +237,11 @@ class Pipeline:
         elif isinstance(event, ToolCallReady):
             self._to_llm(CommitToolCall(event.call_id))
 
-    def _to_judge(self, message: JudgeEvent) -> None:
-        """Put ``message`` ahead of the data in the interruption judge's queue, behind the events
-        already there (they are judged in the order they happened)."""
+    def _ahead(self, message: StageControl) -> None:
+        """Put ``message`` ahead of the data in its target stage's queue, behind the control
+        messages already there (events reach a stage in the order they happened)."""
         for stage in self.stages:
-            if isinstance(stage, TurnJudge) and stage.input_queue is not None:
+            if isinstance(stage, message.target) and stage.input_queue is not None:
                 stage.input_queue.put_ahead(message)
 
     def _to_llm(self, message: StageControl) -> None:

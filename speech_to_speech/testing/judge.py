@@ -11,7 +11,8 @@ from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import Event, EventBus, ResponseStarted
 from speech_to_speech.core.messages import Transcript
 from speech_to_speech.core.queues import StageQueue
-from speech_to_speech.turns.interruptions import Interruptions, RepliesInFlight, TurnJudge
+from speech_to_speech.turns.interruptions import Interruptions, TurnJudge
+from speech_to_speech.turns.replies import RepliesInFlight
 
 
 @dataclass

@@ -45,7 +45,6 @@ import collections
 import logging
 import queue
 import re
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,13 +55,11 @@ from speech_to_speech.core.events import (
     EmptyTranscript,
     Event,
     EventBus,
-    FirstAudio,
     ReplyCut,
     ReplyPaused,
     ReplyResumed,
     ReplyWords,
     ResponseDone,
-    ResponseStarted,
     SpeechDiscarded,
     SpeechStarted,
     SpeechStopped,
@@ -73,6 +70,8 @@ from speech_to_speech.core.events import (
 from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import Transcript
 from speech_to_speech.turns.backchannel import MAX_BACKCHANNEL_WORDS, is_backchannel, is_echo, is_false_start
+from speech_to_speech.turns.replies import RepliesInFlight
+from speech_to_speech.turns.vad import BaseVADHandler
 
 logger = logging.getLogger(__name__)
 
@@ -87,47 +86,6 @@ PARTIAL_WORDS = MAX_BACKCHANNEL_WORDS + 1
 #: the words the voice played in this long before now are what its echo may repeat, s (the
 #: speech being judged, up to 30 s, plus the echo's delay)
 ECHO_MEMORY_S = 10.0
-
-
-class RepliesInFlight:
-    """Which turns have a reply in flight, from its LLM request to its end at the sink. Thread-safe.
-
-    Fed by the pipeline's events: :class:`ResponseStarted` opens a reply,
-    :class:`FirstAudio` marks that its audio reached the sink, :class:`ResponseDone`
-    closes it; :class:`TurnSuperseded` closes a speculative revision's reply (its end
-    is dropped before the sink, and the next revision starts its own).
-    """
-
-    def __init__(self, bus: EventBus) -> None:
-        self._lock = threading.Lock()
-        self._replies: dict[int, bool] = {}  # turn id -> some of its audio reached the sink
-        bus.subscribe(self.on_event)
-
-    def on_event(self, event: Event) -> None:
-        """Track one event."""
-        with self._lock:
-            if isinstance(event, ResponseStarted):
-                self._replies.setdefault(event.turn_id, False)
-            elif isinstance(event, FirstAudio):
-                if event.turn_id in self._replies:
-                    self._replies[event.turn_id] = True
-            elif isinstance(event, (ResponseDone, TurnSuperseded)):
-                self._replies.pop(event.turn_id, None)
-
-    def turns(self, other_than: int | None = None) -> list[int]:
-        """Turns with a reply in flight (except ``other_than``), oldest first."""
-        with self._lock:
-            return [turn for turn in self._replies if turn != other_than]
-
-    def silent(self, other_than: set[int] | None = None) -> list[int]:
-        """Turns whose reply is in flight with none of its audio at the sink yet."""
-        with self._lock:
-            return [turn for turn, audible in self._replies.items() if not audible and turn not in (other_than or ())]
-
-    def audible(self) -> list[int]:
-        """Turns whose reply is in flight and has audio at the sink."""
-        with self._lock:
-            return [turn for turn, audible in self._replies.items() if audible]
 
 
 def clearly_words(text: str, language: str | None = "en") -> bool:
@@ -173,7 +131,7 @@ class Interruptions:
         self._cut_deadline = 0.0  # when that transcript goes on anyway (monotonic s)
         self._played: collections.deque[ReplyWords] = collections.deque()  # the voice's words, oldest first
 
-    # -- the VAD's question ---------------------------------------------------------------
+    # -- replies in flight ---------------------------------------------------------------------
     def reply_in_flight(self, other_than: int | None = None) -> bool:
         """Whether speech starting now would pause a reply (one in flight, not ``other_than``'s)."""
         return bool(self.replies.turns(other_than))
@@ -432,3 +390,21 @@ class JudgeEvent(StageControl):
     def apply(self, stage: Any) -> None:
         """Hand the event to the judge."""
         stage.on_event(self.event)
+
+
+@dataclass
+class ReplyProgress(StageControl):
+    """A reply's progress (:attr:`RepliesInFlight.EVENTS`) for the VAD, which decides at each
+    speech start whether the speech pauses a reply: the pipeline puts it ahead of the audio in
+    the VAD's queue, and the VAD keeps its own :class:`RepliesInFlight` in its thread.
+
+    Attributes:
+        event: the pipeline's event.
+    """
+
+    target: ClassVar[type] = BaseVADHandler
+    event: Event
+
+    def apply(self, stage: Any) -> None:
+        """Track the event in the VAD's replies."""
+        stage.replies.on_event(self.event)

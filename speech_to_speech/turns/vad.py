@@ -55,6 +55,7 @@ from speech_to_speech.turns.endpointer import (
     Endpointer,
     Speculation,
 )
+from speech_to_speech.turns.replies import RepliesInFlight
 from speech_to_speech.turns.speculation import SpeculativeTurns
 from speech_to_speech.turns.turn_detection import (
     EAGERNESS_MAX_SILENCE_MS,
@@ -242,6 +243,8 @@ class BaseVADHandler(BaseHandler):
         self.turn_detector: TurnDetector | None = None
         #: judges speech during a reply (None, the default: speech cancels the reply at once)
         self.interruptions = interruptions
+        #: the replies in flight, as :class:`~speech_to_speech.turns.interruptions.ReplyProgress` tells this stage
+        self.replies = RepliesInFlight()
         self._turn_probability: float | None = None  # the model's last verdict on this utterance
         self._during_reply = False  # the utterance in progress paused a reply
         #: sets aside the echo of the assistant's voice (None, the default: no echo possible)
@@ -351,12 +354,12 @@ class BaseVADHandler(BaseHandler):
         reopens = self._last is not None and recent and self.endpointer.offset - self._last[2] <= grace
         if reopens and self._last is not None and self.interruptions is not None:
             # its reply already plays: speech now is judged over it (words interrupt; its own echo does not)
-            reopens = self._last[0].turn_id not in self.interruptions.replies.audible()
+            reopens = self._last[0].turn_id not in self.replies.audible()
         pauses = False
         if self.config.interrupt_response:
             reopened = self._last[0].turn_id if reopens and self._last is not None else None
             # a reply to another turn is in flight: pause it, the words will decide; else barge in
-            pauses = self.interruptions is not None and self.interruptions.reply_in_flight(other_than=reopened)
+            pauses = self.interruptions is not None and bool(self.replies.turns(other_than=reopened))
             if not pauses:
                 self.gate.scope.cancel()  # barge-in: whatever is in flight is stale from now on
         self._turn_probability = None

@@ -63,16 +63,14 @@ class Run(TurnRun):
     """The local pipeline (with the echo LLM unless told) on ``audio``, and the hold at its sink's door.
 
     Attributes:
-        hold: the sink's input queue, which holds a speculative turn's audio until it is confirmed.
+        hold: the stage in front of the sink, which holds a speculative turn's audio until it is confirmed.
     """
 
     llm: str = "speculative-echo"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        hold = self.pipeline.sink.input_queue
-        assert isinstance(hold, HoldUntilConfirmed)
-        self.hold = hold
+        self.hold = self.pipeline.stage("hold", HoldUntilConfirmed)
 
     def replace_source(self, parts: list[Any]) -> ScriptedSource:
         """Replace the file source by one that plays ``parts`` (waiting 5 s at most on a condition)."""

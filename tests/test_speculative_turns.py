@@ -33,9 +33,10 @@ from speech_to_speech.core.messages import (
     TTSInput,
 )
 from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.core.speculation import SpeculativeTurns
 from speech_to_speech.testing.fakes import FakeSTT, VADRig, vad_chunks
 from speech_to_speech.turns.endpointer import BY_TEXT
-from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
+from speech_to_speech.turns.speculation import HoldUntilConfirmed
 from speech_to_speech.turns.stt import STTConfig, TranscriptDeltas, trim_repeats
 from speech_to_speech.turns.turn_detection import TurnVerdict
 from speech_to_speech.turns.vad import RESUMED, Endpoint, Endpointer, Speculation, TranscriptEndsTurn, VADConfig
@@ -196,7 +197,7 @@ def test_vad_sends_partials_during_speech_only() -> None:
     assert isinstance(out[last + 1], SpeechSegment)
 
 
-# -- the holding queues ------------------------------------------------------------------------
+# -- the holds ------------------------------------------------------------------------
 def open_turn() -> tuple[Gate, SpeculativeTurns, Stamp]:
     """A gate, its speculative turns, and a new turn opened speculatively."""
     gate = Gate()
@@ -206,36 +207,48 @@ def open_turn() -> tuple[Gate, SpeculativeTurns, Stamp]:
     return gate, turns, stamp
 
 
-def test_pause_until_confirmed_enqueues_then_waits_for_the_endpoint() -> None:
+def hold_for(turns: SpeculativeTurns) -> HoldUntilConfirmed:
+    """The hold stage on ``turns``'s gate, driven through ``process`` (nothing queued)."""
+    return HoldUntilConfirmed(
+        stop_event=threading.Event(),
+        input_queue=None,
+        output_queue=StageQueue(8),
+        gate=turns.gate,
+        bus=EventBus(),
+        turns=turns,
+    )
+
+
+def passed_on(hold: HoldUntilConfirmed, item: Any, into: list[Any]) -> threading.Thread:
+    """A thread that hands ``item`` to ``hold`` and puts what it lets through in ``into``."""
+    thread = threading.Thread(target=lambda: into.extend(hold.process(item)), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_wait_after_holds_the_producer_of_a_pending_turn_until_the_endpoint() -> None:
     _, turns, stamp = open_turn()
-    q = PauseUntilConfirmed(turns, 8)
-    stop = threading.Event()
     done = threading.Event()
-
-    def produce() -> None:
-        q.put_unless_stopped(TTSInput(stamp, "First sentence."), stop, 0.05)
-        done.set()
-
-    threading.Thread(target=produce, daemon=True).start()
-    time.sleep(0.2)
-    assert q.qsize() == 1, "the item goes on at once (TTS can start)"
-    assert not done.is_set(), "the producer waits for the endpoint"
+    threading.Thread(
+        target=lambda: (turns.wait_after(TTSInput(stamp, "First sentence."), threading.Event(), 0.05), done.set()),
+        daemon=True,
+    ).start()
+    assert not done.wait(0.2), "the producer (the LLM) waits for the endpoint after its output"
     turns.confirm(stamp)
     assert done.wait(1.0)
     # a confirmed turn and a response end never wait
-    q.put_unless_stopped(EndOfResponse(stamp), stop)
-    assert q.qsize() == 2
+    turns.wait_after(TTSInput(stamp, "Second."), threading.Event())
+    other = turns.gate.new_turn_stamp()
+    turns.open(other)
+    turns.wait_after(EndOfResponse(other), threading.Event())
 
 
-def test_pause_until_confirmed_wakes_on_supersession() -> None:
+def test_wait_after_wakes_on_supersession() -> None:
     gate, turns, stamp = open_turn()
-    q = PauseUntilConfirmed(turns, 8)
     done = threading.Event()
-    thread = threading.Thread(
-        target=lambda: (q.put_unless_stopped(TTSInput(stamp, "Hi."), threading.Event(), 0.05), done.set()),
-        daemon=True,
-    )
-    thread.start()
+    threading.Thread(
+        target=lambda: (turns.wait_after(TTSInput(stamp, "Hi."), threading.Event(), 0.05), done.set()), daemon=True
+    ).start()
     time.sleep(0.1)
     gate.turns.revise(stamp.turn_id)
     turns.discard(stamp)
@@ -244,39 +257,34 @@ def test_pause_until_confirmed_wakes_on_supersession() -> None:
 
 def test_hold_until_confirmed_releases_on_confirmation() -> None:
     _, turns, stamp = open_turn()
-    q = HoldUntilConfirmed(turns, 8)
+    hold, out = hold_for(turns), []
     chunk = AudioOutput(stamp, np.zeros(160, dtype=np.float32), 16_000, "Hi")
-    thread = threading.Thread(target=q.put_unless_stopped, args=(chunk, threading.Event(), 0.05), daemon=True)
-    thread.start()
+    thread = passed_on(hold, chunk, out)
     time.sleep(0.2)
-    assert q.empty(), "audio of an unconfirmed turn is held"
+    assert not out and hold.held == 1, "audio of an unconfirmed turn is held"
     released = time.monotonic()
     turns.confirm(stamp)
-    assert q.get(timeout=1.0) is chunk
-    assert time.monotonic() - released < 0.05, "confirmation lets it in at once"
+    thread.join(1.0)
+    assert out == [chunk]
+    assert time.monotonic() - released < 0.05, "confirmation lets it through at once"
 
 
 def test_hold_until_confirmed_drops_a_superseded_revision_and_its_end() -> None:
     gate, turns, stamp = open_turn()
-    q = HoldUntilConfirmed(turns, 8)
-    chunk = AudioOutput(stamp, np.zeros(160, dtype=np.float32), 16_000)
-    results: list[bool] = []
-    thread = threading.Thread(
-        target=lambda: results.append(q.put_unless_stopped(chunk, threading.Event(), 0.05)), daemon=True
-    )
-    thread.start()
+    hold, out = hold_for(turns), []
+    thread = passed_on(hold, AudioOutput(stamp, np.zeros(160, dtype=np.float32), 16_000), out)
     time.sleep(0.1)
     gate.turns.revise(stamp.turn_id)
     turns.discard(stamp)
     thread.join(1.0)
-    assert results == [False] and q.empty()
-    assert not q.put_unless_stopped(EndOfResponse(stamp, error="cancelled"), threading.Event())
-    assert q.empty(), "nothing of a superseded speculative response reaches the sink"
-    # the end of an ordinary cancelled response still passes
+    assert out == [] and hold.dropped == 1
+    assert list(hold.process(EndOfResponse(stamp, error="cancelled"))) == []
+    assert hold.dropped == 2, "nothing of a superseded speculative response reaches the sink"
+    # the end of an ordinary cancelled response still passes (a stale chunk is dropped where it is emitted)
     other = gate.new_turn_stamp()
     gate.scope.cancel()
-    assert q.put_unless_stopped(EndOfResponse(other, error="cancelled"), threading.Event())
-    assert not q.put_unless_stopped(AudioOutput(other, np.zeros(1, dtype=np.float32), 16_000), threading.Event())
+    assert hold.emit(EndOfResponse(other, error="cancelled"))
+    assert not hold.emit(AudioOutput(other, np.zeros(1, dtype=np.float32), 16_000))
 
 
 def test_when_confirmed_runs_now_later_or_never() -> None:
@@ -467,17 +475,16 @@ def test_confirm_runs_its_callbacks_before_releasing_held_output() -> None:
     turns = SpeculativeTurns(gate)
     stamp = gate.new_turn_stamp()
     turns.open(stamp)
-    q = HoldUntilConfirmed(turns, 4)
+    hold, out = hold_for(turns), []
     seen_when_announced: list[bool] = []
-    turns.when_confirmed(stamp, lambda: seen_when_announced.append(q.empty()))
-    producer = threading.Thread(target=q.put_unless_stopped, args=(TTSInput(stamp, "Jupiter."), threading.Event()))
-    producer.start()
+    turns.when_confirmed(stamp, lambda: seen_when_announced.append(not out))
+    thread = passed_on(hold, TTSInput(stamp, "Jupiter."), out)
     time.sleep(0.05)
-    assert q.empty()  # held
+    assert not out  # held
     turns.confirm(stamp)
-    producer.join(2.0)
-    assert seen_when_announced == [True], "the callback ran after the held item was let in"
-    assert not q.empty()
+    thread.join(2.0)
+    assert seen_when_announced == [True], "the callback ran before the held item was let through"
+    assert len(out) == 1
 
 
 def test_when_revision_confirmed_follows_its_revision() -> None:

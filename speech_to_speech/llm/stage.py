@@ -51,6 +51,7 @@ from speech_to_speech.core.messages import (
     Transcript,
     TTSInput,
 )
+from speech_to_speech.core.speculation import SpeculativeTurns
 from speech_to_speech.llm.api import (
     AssistantMessage,
     EmptyRequestError,
@@ -65,15 +66,8 @@ from speech_to_speech.llm.api import (
 )
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.hidden_response import HiddenResponse
-from speech_to_speech.llm.prefetch import (
-    PrefetchCoordinator,
-    ResponsePrefetchTransaction,
-)
-from speech_to_speech.llm.prompts import (
-    build_text_system_prompt,
-    build_voice_system_prompt,
-    reply_language,
-)
+from speech_to_speech.llm.prefetch import PrefetchCoordinator, ResponsePrefetchTransaction
+from speech_to_speech.llm.prompts import build_text_system_prompt, build_voice_system_prompt, reply_language
 from speech_to_speech.llm.provider_reader import STALLED, read_with_deadlines
 from speech_to_speech.llm.replies import RepliesInHistory
 from speech_to_speech.llm.tools.prompt import build_tool_prompt
@@ -127,9 +121,11 @@ class BaseLLMHandler(BaseHandler):
         config: LLMConfig,
         device: str = "cpu",
         prefetch: PrefetchCoordinator | None = None,
+        speculation: SpeculativeTurns | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.speculation = speculation  # unconfirmed speculative turns (None: no speculation)
         self.config = config
         self.device = device
         self.chat = Chat(size=config.history_turns, compactor=self._compact if config.compact_history else None)
@@ -144,6 +140,14 @@ class BaseLLMHandler(BaseHandler):
         self._user_items: dict[int, str] = {}  # turn id -> id of its user message
         #: calls emitted downstream and not yet shown to the client: call id -> (response key, stored item)
         self._calls_in_flight: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
+
+    def emit(self, item: Any) -> bool:
+        """Send ``item`` on; after an output of an unconfirmed speculative turn, wait for its endpoint
+        (TTS starts on it; the response cannot finish before the turn is confirmed or superseded)."""
+        sent = super().emit(item)
+        if sent and self.speculation is not None:
+            self.speculation.wait_after(item, self.stop_event, self.poll_s)
+        return sent
 
     # -- backend hooks --------------------------------------------------------------
     def setup(self) -> None:

@@ -23,6 +23,7 @@ from speech_to_speech.core.cancel import Gate
 from speech_to_speech.core.events import EventBus
 from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.core.speculation import SpeculativeTurns
 from speech_to_speech.llm.output import LMOutputProcessor
 from speech_to_speech.llm.prefetch import PrefetchCoordinator
 from speech_to_speech.pipeline.cli import config_from_args
@@ -46,7 +47,7 @@ from speech_to_speech.turns.background import BackgroundGate
 from speech_to_speech.turns.echo import EchoGate
 from speech_to_speech.turns.interruptions import Interruptions, TurnJudge
 from speech_to_speech.turns.replies import RepliesInFlight
-from speech_to_speech.turns.speculation import HoldUntilConfirmed, PauseUntilConfirmed, SpeculativeTurns
+from speech_to_speech.turns.speculation import HoldUntilConfirmed
 from speech_to_speech.turns.turn_detection import resolve_turn_detection
 from speech_to_speech.turns.vad import SAMPLE_RATE
 
@@ -76,7 +77,7 @@ SPEAKER_RATE = 24_000
 FILE_TAIL_SILENCE_S = 0.5
 #: queue capacities (items) between stages, by the queue's name (its items: audio → VAD,
 #: segments → STT, heard → the interruption judge, transcripts → LLM, llm_out → LM output,
-#: tts_inputs → TTS, audio_out → sink)
+#: tts_inputs → TTS, audio_out → the speculation hold (else the sink), confirmed → the sink)
 QUEUE_SIZES = {
     "audio": 256,
     "segments": 8,
@@ -85,11 +86,12 @@ QUEUE_SIZES = {
     "llm_out": 32,
     "tts_inputs": 32,
     "audio_out": 64,
+    "confirmed": 64,
 }
 #: queue capacities of a realtime session: a client may send audio faster than real time, and its
 #: requests go on the STT's queue without waiting (a full queue is an error for the client)
 SESSION_QUEUE_SIZES = {**QUEUE_SIZES, "audio": 512, "segments": 16, "heard": 16, "transcripts": 16, "llm_out": 64}
-SESSION_QUEUE_SIZES |= {"tts_inputs": 64, "audio_out": 128}
+SESSION_QUEUE_SIZES |= {"tts_inputs": 64, "audio_out": 128, "confirmed": 128}
 
 #: the model stages, in data-flow order, and the flag that names each one's backend
 BACKEND_FLAGS = {"vad": "vad", "stt": "stt", "llm": "llm_backend", "tts": "tts"}
@@ -219,12 +221,13 @@ def resolve_device(device: str) -> str:
 def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBus | None = None) -> Pipeline:
     """Build (but do not start) the pipeline between ``ends`` with ``features``, for every mode.
 
-    Stages: the source (if any), VAD and STT (speech input only), LLM, LM output, TTS, the sink.
-    Every backend is looked up and imported, and with ``smart_turn`` the end-of-turn model
-    checked, before any stage is built. Each stage gets its collaborators (the speculative turns,
-    the interruption judge, the prefetch coordinator) as constructor arguments; every queue
-    holds what its features ask for (:func:`_queue`). The pipeline subscribes to ``bus`` for
-    barge-in (:meth:`Pipeline.on_event`).
+    Stages: the source (if any), VAD and STT (speech input only), the interruption judge (with
+    ``interruption_judge``), LLM, LM output, TTS, the speculation hold (with
+    ``speculative_turns``), the sink. Every backend is looked up and imported, and with
+    ``smart_turn`` the end-of-turn model checked, before any stage is built. Each stage gets its
+    collaborators (the speculative turns, the interruption judge, the prefetch coordinator) as
+    constructor arguments; the queues between them are plain :class:`StageQueue` s. The pipeline
+    subscribes to ``bus`` for barge-in (:meth:`Pipeline.on_event`).
 
     Args:
         args: the parsed command line (backends and their settings, ``--device``).
@@ -246,7 +249,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
     device = resolve_device(args.device)
     shared = Shared(threading.Event(), Gate(), bus or EventBus(), StreamClock())
     # speculative turns: the LLM pauses after each output of an unconfirmed turn, and its audio
-    # waits in front of the sink until the VAD confirms the endpoint (see _queue)
+    # waits in front of the sink (the "hold" stage) until the VAD confirms the endpoint
     speculation = SpeculativeTurns(shared.gate) if turn_taking and features.speculative_turns else None
     # replies in flight: one cancelled before any of its audio was played leaves no text in history
     replies = RepliesInFlight(shared.bus) if turn_taking else None
@@ -260,10 +263,9 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
         interruptions = Interruptions(shared.bus, replies, args.resume_within_ms, hears_voice=hears_voice)
     names = ("audio", "segments") if ends.speech_input else ()
     names += ("heard",) if interruptions is not None else ()
-    queues = {
-        name: _queue(name, ends.queue_sizes[name], speculation)
-        for name in (*names, "transcripts", "llm_out", "tts_inputs", "audio_out")
-    }
+    names += ("transcripts", "llm_out", "tts_inputs", "audio_out")
+    names += ("confirmed",) if speculation is not None else ()
+    queues = {name: StageQueue(ends.queue_sizes[name]) for name in names}
 
     def model_stage(role: str, inq: str, outq: str, **collaborators: Any) -> BaseHandler:
         backend = backends[role]
@@ -307,13 +309,21 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
                 **shared.kwargs,
             )
     prefetch = PrefetchCoordinator() if features.prefetch else None
-    stages["llm"] = model_stage("llm", "transcripts", "llm_out", prefetch=prefetch)
+    stages["llm"] = model_stage("llm", "transcripts", "llm_out", prefetch=prefetch, speculation=speculation)
     lm_output_name = _thread_name(ends.thread_prefix, "lm_output", "")
     stages["lm_output"] = LMOutputProcessor(
         input_queue=queues["llm_out"], output_queue=queues["tts_inputs"], name=lm_output_name, **shared.kwargs
     )
     stages["tts"] = model_stage("tts", "tts_inputs", "audio_out")
-    stages["sink"] = ends.sink(queues["audio_out"], shared)
+    if speculation is not None:  # a speculative turn's audio waits here for its endpoint
+        stages["hold"] = HoldUntilConfirmed(
+            input_queue=queues["audio_out"],
+            output_queue=queues["confirmed"],
+            turns=speculation,
+            name=_thread_name(ends.thread_prefix, "hold", ""),
+            **shared.kwargs,
+        )
+    stages["sink"] = ends.sink(queues["confirmed" if speculation is not None else "audio_out"], shared)
     pipeline = Pipeline(
         Stages(stages),
         shared.stop_event,
@@ -357,17 +367,6 @@ def _backends(args: argparse.Namespace, speech_input: bool) -> dict[str, Backend
     for backend in backends.values():
         backend.load_handler_class()
     return backends
-
-
-def _queue(name: str, size: int, speculation: SpeculativeTurns | None) -> StageQueue:
-    """The queue ``name``: with speculative turns, the LLM pauses after each output of an
-    unconfirmed turn (``llm_out``) and its audio waits in front of the sink (``audio_out``) until
-    it is confirmed."""
-    if speculation is not None and name == "llm_out":
-        return PauseUntilConfirmed(speculation, size)
-    if speculation is not None and name == "audio_out":
-        return HoldUntilConfirmed(speculation, size)
-    return StageQueue(size)
 
 
 def _thread_name(prefix: str, role: str, backend: str) -> str:

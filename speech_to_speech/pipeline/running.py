@@ -29,12 +29,12 @@ from speech_to_speech.core.events import (
 from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import ControlMessage, Flush, Interrupt, Pause, Resume
 from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.core.speculation import SpeculativeTurns
 from speech_to_speech.llm.upstream import CommitToolCall, CutToHeard
 from speech_to_speech.pipeline.registry import get_backend
 from speech_to_speech.speech.audio_io import AudioDeviceError, StreamClock
 from speech_to_speech.turns.interruptions import Interruptions, JudgeEvent, ReplyProgress
 from speech_to_speech.turns.replies import RepliesInFlight
-from speech_to_speech.turns.speculation import SpeculativeTurns
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +50,9 @@ class Stages(Sequence[BaseHandler]):
 
     Roles: ``source`` (none when the caller feeds the pipeline), ``vad`` and ``stt`` (none for
     typed input), ``judge`` (the interruption judge, where it is on), ``llm``, ``lm_output``,
-    ``tts``, ``sink``. Positions and iteration follow
-    the data flow; a role finds its stage wherever it is (:meth:`get`, :meth:`Pipeline.stage`).
+    ``tts``, ``hold`` (the speculation hold, where turns are sent on speculatively), ``sink``.
+    Positions and iteration follow the data flow; a role finds its stage wherever it is
+    (:meth:`get`, :meth:`Pipeline.stage`).
 
     Args:
         by_role: the stages under their roles, in data-flow order.

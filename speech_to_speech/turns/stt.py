@@ -18,7 +18,7 @@ from speech_to_speech.core.handler import BaseHandler
 from speech_to_speech.core.messages import PartialSpeech, PartialTranscript, SpeechSegment, Transcript
 from speech_to_speech.core.priority import CORES, CRITICAL
 from speech_to_speech.core.queues import StageQueue
-from speech_to_speech.turns.speculation import SpeculativeTurns
+from speech_to_speech.core.speculation import SpeculativeTurns
 from speech_to_speech.turns.turn_detection import FINISHED_QUESTION, transcript_ends_turn
 from speech_to_speech.turns.vad import TranscriptEndsTurn
 

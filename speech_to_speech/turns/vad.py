@@ -42,6 +42,7 @@ from speech_to_speech.core.events import (
 from speech_to_speech.core.handler import BaseHandler, StageControl
 from speech_to_speech.core.messages import AudioChunk, PartialSpeech, SpeechSegment
 from speech_to_speech.core.priority import CRITICAL
+from speech_to_speech.core.speculation import SpeculativeTurns
 from speech_to_speech.speech.echo_cancel import EchoCanceller, EchoCancellerUnavailable
 from speech_to_speech.turns.background import BackgroundGate
 from speech_to_speech.turns.echo import EchoGate
@@ -56,7 +57,6 @@ from speech_to_speech.turns.endpointer import (
     Speculation,
 )
 from speech_to_speech.turns.replies import RepliesInFlight
-from speech_to_speech.turns.speculation import SpeculativeTurns
 from speech_to_speech.turns.turn_detection import (
     EAGERNESS_MAX_SILENCE_MS,
     TurnDetector,

@@ -244,6 +244,8 @@ def test_the_pipeline_tells_the_vad_and_the_judge_in_their_own_queues() -> None:
     for message in queued[:2]:
         message.apply(vad)
     assert vad.replies.audible() == [7]
-    (event,) = [judge.input_queue.get_nowait() for _ in range(judge.input_queue.qsize())]
-    event.apply(judge)
-    assert pipeline.interruptions.pending == [8]
+    events = [judge.input_queue.get_nowait() for _ in range(judge.input_queue.qsize())]
+    assert [type(m.event).__name__ for m in events] == ["ResponseStarted", "FirstAudio", "SpeechStarted"]  # in order
+    for message in events:
+        message.apply(judge)
+    assert pipeline.interruptions.pending == [8] and pipeline.interruptions.replies.audible() == [7]

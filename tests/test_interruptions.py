@@ -217,8 +217,7 @@ def test_the_realtime_eagerness_picks_the_model_and_its_silence_bound() -> None:
 def test_speech_during_a_reply_pauses_it_instead_of_cancelling() -> None:
     rig = VADRig.build(CONFIG, vad_chunks([SILENCE] * 4 + [SPEECH] * 10 + [SILENCE] * 16))
     bus, gate, events = rig.bus, rig.gate, rig.events
-    replies = RepliesInFlight(bus)
-    interruptions = Interruptions(bus, replies, resume_within_ms=60_000)
+    interruptions = Interruptions(bus, resume_within_ms=60_000)
     bus.subscribe(lambda event: interruptions.on_event(event) if isinstance(event, Interruptions.EVENTS) else None)
     bus.subscribe(rig.vad.replies.on_event)  # the pipeline: ReplyProgress messages, in the VAD's thread
     reply = gate.new_turn_stamp()
@@ -498,7 +497,7 @@ def test_the_judge_decides_in_its_own_thread_on_the_events_the_pipeline_queues_f
     publishers: dict[type, set[str]] = {}
     bus.subscribe(lambda e: publishers.setdefault(type(e), set()).add(threading.current_thread().name))
     replies = RepliesInFlight(bus)
-    interruptions = Interruptions(bus, replies, resume_within_ms=200)
+    interruptions = Interruptions(bus, resume_within_ms=200)
     heard, transcripts = StageQueue(8), StageQueue(8)
     judge = TurnJudge(
         stop_event=stop,

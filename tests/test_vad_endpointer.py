@@ -20,7 +20,6 @@ from speech_to_speech.core.events import (
 from speech_to_speech.core.messages import END_OF_STREAM, AudioChunk, SpeechSegment
 from speech_to_speech.testing.fakes import FakeVAD, VADRig, vad_chunks
 from speech_to_speech.turns.interruptions import Interruptions
-from speech_to_speech.turns.replies import RepliesInFlight
 from speech_to_speech.turns.vad import CHUNK_SAMPLES, SAMPLE_RATE, Endpoint, Endpointer, VADConfig
 
 MS_PER_CHUNK = 1000 * CHUNK_SAMPLES / SAMPLE_RATE  # 32 ms
@@ -257,7 +256,7 @@ def test_speech_resuming_within_grace_does_not_reopen_a_turn_whose_reply_is_audi
     audible, speech is judged over it (paused, words decide) and the reply stays valid."""
     probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 14 + [SPEECH] * 6 + [SILENCE] * 14
     rig = VADRig.build(dataclasses.replace(CONFIG, turn_grace_ms=500), vad_chunks(probabilities), out_size=16)
-    rig.vad.interruptions = Interruptions(rig.bus, RepliesInFlight(rig.bus))
+    rig.vad.interruptions = Interruptions(rig.bus)
     rig.bus.subscribe(rig.vad.replies.on_event)  # the pipeline: ReplyProgress messages, in the VAD's thread
     answered: list[int] = []
 

@@ -252,6 +252,8 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
     # waits in front of the sink (the "hold" stage) until the VAD confirms the endpoint
     speculation = SpeculativeTurns(shared.gate) if turn_taking and features.speculative_turns else None
     # replies in flight: one cancelled before any of its audio was played leaves no text in history
+    # the pipeline's own book-keeping (a reply cut before any audio leaves no text); the VAD and the
+    # judge keep their own views, from messages
     replies = RepliesInFlight(shared.bus) if turn_taking else None
     # speech during a reply pauses it; its transcript is judged on its way to the LLM (TurnJudge)
     # the input can hear the sink's voice: the VAD sets its echo aside and the judge knows its words
@@ -260,7 +262,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
     interruptions = None
     if judge and replies is not None:
         hears_voice = echo_reference is not None
-        interruptions = Interruptions(shared.bus, replies, args.resume_within_ms, hears_voice=hears_voice)
+        interruptions = Interruptions(shared.bus, args.resume_within_ms, hears_voice=hears_voice)
     names = ("audio", "segments") if ends.speech_input else ()
     names += ("heard",) if interruptions is not None else ()
     names += ("transcripts", "llm_out", "tts_inputs", "audio_out")

@@ -12,7 +12,6 @@ from speech_to_speech.core.events import Event, EventBus, ResponseStarted
 from speech_to_speech.core.messages import Transcript
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.turns.interruptions import Interruptions, TurnJudge
-from speech_to_speech.turns.replies import RepliesInFlight
 
 
 @dataclass
@@ -35,7 +34,7 @@ class JudgeRig:
         """A rig whose judge gives a verdict within ``resume_within_ms``."""
         bus, gate, events = EventBus(), Gate(), []
         bus.subscribe(events.append)
-        interruptions = Interruptions(bus, RepliesInFlight(bus), resume_within_ms, hears_voice=hears_voice)
+        interruptions = Interruptions(bus, resume_within_ms, hears_voice=hears_voice)
         judge = TurnJudge(
             stop_event=threading.Event(),
             input_queue=None,

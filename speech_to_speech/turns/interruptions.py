@@ -106,7 +106,6 @@ class Interruptions:
 
     Args:
         bus: the pipeline's event bus (where the decisions are published).
-        replies: the replies in flight.
         resume_within_ms: a paused reply resumes only on a verdict within this time after
             the user started speaking or, once they stopped, after they stopped (the words
             of a short utterance need the STT's time); later, the speech interrupts it, ms.
@@ -115,12 +114,11 @@ class Interruptions:
             a transcript is the user repeating them.
     """
 
-    def __init__(
-        self, bus: EventBus, replies: RepliesInFlight, resume_within_ms: int = 1500, hears_voice: bool = False
-    ) -> None:
+    def __init__(self, bus: EventBus, resume_within_ms: int = 1500, hears_voice: bool = False) -> None:
         self.hears_voice = hears_voice
         self.bus = bus
-        self.replies = replies
+        #: the replies in flight, as the judge's events tell it (:attr:`RepliesInFlight.EVENTS`)
+        self.replies = RepliesInFlight()
         self.resume_within_s = resume_within_ms / 1000
         self._pending: dict[int, float] = {}  # user turn being judged -> when it started speaking
         self._paused_at: float | None = None
@@ -148,7 +146,9 @@ class Interruptions:
 
     # -- events -----------------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
-        """Open, resolve or decide a pause from the pipeline's events."""
+        """Follow the replies, and open, resolve or decide a pause, from the pipeline's events."""
+        if isinstance(event, RepliesInFlight.EVENTS):
+            self.replies.on_event(event)
         if isinstance(event, SpeechStarted) and event.pauses_reply:
             self._open(event.turn_id, event.time)
         elif isinstance(event, TurnSuperseded):
@@ -175,6 +175,7 @@ class Interruptions:
 
     #: the event types :meth:`on_event` acts on (the pipeline delivers only these to the judge)
     EVENTS: ClassVar[tuple[type[Event], ...]] = (
+        *RepliesInFlight.EVENTS,
         SpeechStarted,
         TurnSuperseded,
         TurnSpeculated,
@@ -184,7 +185,6 @@ class Interruptions:
         UserTranscriptDelta,
         ReplyWords,
         ReplyCut,
-        ResponseDone,
     )
 
     # -- the STT's transcripts ----------------------------------------------------------------

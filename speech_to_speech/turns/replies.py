@@ -1,9 +1,10 @@
-"""Which replies are in flight: the book-keeping of the interruption judge and the VAD.
+"""Which replies are in flight: the book-keeping of the VAD, the interruption judge and the pipeline.
 
 A reply is in flight from its LLM request until its end at the sink; once some of its audio
 reached the sink it is audible. The VAD asks at each speech start (speech during a reply pauses
-it, see :mod:`speech_to_speech.turns.interruptions`); the pipeline asks on a barge-in (a reply
-with nothing heard leaves no text in history).
+it, see :mod:`speech_to_speech.turns.interruptions`), the judge when it pauses and cuts; each
+keeps its own copy, fed in its own thread by the pipeline's messages. The pipeline's copy, fed
+by the bus, tells it on a barge-in which replies had nothing heard (they leave no text in history).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class RepliesInFlight:
     is dropped before the sink, and the next revision starts its own).
 
     Args:
-        bus: subscribe to it (None: fed by :meth:`on_event` only, as the VAD's own copy is, in
-            its thread, through :class:`ReplyProgress` messages).
+        bus: subscribe to it (None: fed by :meth:`on_event` only, as a stage's own copy is, in its
+            thread: the VAD's through ``ReplyProgress`` messages, the judge's through ``JudgeEvent``).
     """
 
     #: the events :meth:`on_event` tracks

@@ -337,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--background_gate",
         choices=("auto", "false"),
-        default="auto",
-        help="the program's --background_gate (auto: on, its default for a microphone)",
+        default="false",
+        help="the program's --background_gate (auto: on for its microphone; false: off, its default)",
     )
     parser.add_argument("--snr_db", type=float, default=10.0, help="noise level under the user's speech, dB")
     args = parser.parse_args(argv)

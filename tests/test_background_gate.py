@@ -107,7 +107,9 @@ def test_talk_that_starts_in_a_quiet_room_becomes_the_room() -> None:
     assert len(heard(audio, gate=False)) == 1
 
 
-def test_on_by_default_for_a_raw_microphone_only() -> None:
+def test_off_by_default_and_auto_is_a_raw_microphone_only() -> None:
+    assert VADConfig().background_gate == "false"
+
     def ends(raw_input: bool) -> Ends:
         return Ends(sink=lambda queue, shared: None, raw_input=raw_input)  # type: ignore[arg-type, return-value]
 

@@ -443,7 +443,7 @@ def _canceller(args: argparse.Namespace, ends: Ends) -> EchoCanceller | None:
 
 
 def _background(args: argparse.Namespace, ends: Ends) -> BackgroundGate | None:
-    """The VAD's background gate (``--background_gate``): on a raw microphone in a room by default.
+    """The VAD's background gate (``--background_gate``; ``auto``: on a raw microphone in a room).
 
     Raises:
         PipelineError: ``--background_gate`` is not auto, true or false.

@@ -129,9 +129,11 @@ class VADConfig:
             microphone that can hear it, local mode's, from the moment the voice is found in it),
             "true" (also on WebRTC calls), "false" (:mod:`speech_to_speech.speech.echo_cancel`).
         noise_suppression: WebRTC's noise suppression on the input, before VAD and STT.
-        background_gate: "auto" (the default: where the input is a raw microphone in a room, local
-            mode's), "true" or "false": speech no louder than the room's background, other people
-            talking, is not the user's (:mod:`speech_to_speech.turns.background`).
+        background_gate: "false" (the default), "auto" (where the input is a raw microphone in a
+            room, local mode's) or "true": speech no louder than the room's background, other people
+            talking, is not the user's (:mod:`speech_to_speech.turns.background`). Off by default: in
+            the room it cut one of five questions read over pink noise at 10 dB SNR (WER 0.20
+            against 0.10 without it).
     """
 
     vad_threshold: float = 0.5
@@ -152,7 +154,7 @@ class VADConfig:
     echo_gate: bool = True
     echo_cancel: str = "auto"
     noise_suppression: bool = False
-    background_gate: str = "auto"
+    background_gate: str = "false"
 
 
 class BaseVADHandler(BaseHandler):

@@ -41,6 +41,8 @@ import math
 
 import numpy as np
 
+from speech_to_speech.core.audio import rms
+
 logger = logging.getLogger(__name__)
 
 #: a chunk must be this far above the background to start speech, dB. Babble's smoothed level
@@ -82,8 +84,6 @@ class BackgroundGate:
         self._power: float | None = None  # the smoothed power, mean square
         self._floor_at_start: float | None = None  # the background when the speech in progress began, dB
         self._since_pause = 0  # chunks of the speech in progress since one below the onset level
-        #: chunks set aside as background (scored as speech by the VAD, not loud enough here)
-        self.set_aside = 0
 
     @property
     def background_db(self) -> float | None:
@@ -104,7 +104,7 @@ class BackgroundGate:
         Returns:
             ``probability`` or 0.0.
         """
-        power = float(np.mean(np.square(chunk, dtype=np.float64))) if len(chunk) else 0.0
+        power = rms(chunk) ** 2
         self._power = power if self._power is None else SMOOTHING * self._power + (1 - SMOOTHING) * power
         level = max(FLOOR_DB, 10 * math.log10(self._power + 1e-20))
         if in_speech:
@@ -119,11 +119,7 @@ class BackgroundGate:
             self._floor_at_start = floor
             self._history.append(level)
             needed = None if floor is None else floor + self.onset_db
-        if needed is None or level >= needed:
-            return probability
-        if probability > 0:
-            self.set_aside += 1
-        return 0.0
+        return probability if needed is None or level >= needed else 0.0
 
     def _follow_the_room(self, level: float) -> None:
         """Count the speech's chunks since a pause; after :data:`NO_PAUSE_CHUNKS`, the room got louder."""

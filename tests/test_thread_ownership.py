@@ -7,7 +7,9 @@ real runs go through every stage, on real speech:
   prefill, Piper, the file sink);
 * a realtime session (the real VAD, STT and TTS; the LLM a scripted ``/v1/responses`` provider):
   a LibriVox turn whose reply calls a tool, the client's output and ``response.create`` (the
-  prefetched follow-up is claimed), and the user talking over the follow-up (a barge-in).
+  prefetched follow-up is claimed), and the user talking over the follow-up (a barge-in). The LLM
+  stage's prefetch coordinator is watched as a part of that stage: the session discards a
+  follow-up generated ahead with a message, not by calling it.
 
 Control reaches a stage as a message handled in its own thread, or through the gate's stamp
 (``docs/architecture.md``, "Control"); any call from another thread fails here.
@@ -24,6 +26,7 @@ import pytest
 import handlers.llm.llama_cpp_llm  # noqa: F401  (stage classes are watched once imported)
 from speech_to_speech.client.realtime import session_update
 from speech_to_speech.core.events import EventBus
+from speech_to_speech.llm.prefetch import PrefetchCoordinator
 from speech_to_speech.pipeline.cli import parse_args
 from speech_to_speech.testing.realtime import InProcessServer, Microphone, RawClient
 from speech_to_speech.testing.responses_server import Call, Reply, ResponsesServer, Text
@@ -110,7 +113,7 @@ def test_a_realtime_session_calls_no_stage_from_another_stage_thread(
             await microphone.stop()
             await client.close()
 
-    with ThreadOwnership() as ownership:
+    with ThreadOwnership(parts=(PrefetchCoordinator,)) as ownership:
         events = asyncio.run(asyncio.wait_for(scenario(), 4 * WAIT_S))
         server.wait_until_idle()
     assert not [e for e in events if e["type"] == "error"], events

@@ -24,6 +24,7 @@ import base64
 import contextlib
 import json
 import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from speech_to_speech.core.messages import (
 )
 from speech_to_speech.core.queues import StageQueue
 from speech_to_speech.llm.api import LlamaCppConfig, new_call_id
+from speech_to_speech.llm.hidden_response import DiscardFollowUp
 from speech_to_speech.llm.prefetch import PrefetchCoordinator, PrefetchState, ResponsePrefetchTransaction
 from speech_to_speech.llm.stage import FAILURE_FALLBACK
 from speech_to_speech.pipeline.registry import get_backend
@@ -311,8 +313,9 @@ def test_discard_before_the_claim_rolls_history_back(make_stage: Callable[..., S
     txn = answer_and_prefetch(stage, call)
     assert stage.history()[-1] == ("assistant", "It is sunny in Paris.")
 
-    stage.prefetch.discard_open("speech")  # e.g. the user started speaking
-    assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "speech"
+    stage.inq.put_ahead(DiscardFollowUp("speech"))  # e.g. the user started speaking
+    wait_for(lambda: txn.state is PrefetchState.DISCARDED, "discarded it")
+    assert txn.discard_reason == "speech"
     items = stage.llm.chat.items()
     assert items[: len(before)] == before
     assert [i["type"] for i in items[len(before) :]] == ["function_call_output"]  # the client's item stays
@@ -329,13 +332,42 @@ def test_discard_while_generating_stops_the_model(make_stage: Callable[..., Stag
     assert follow_up.paused.wait(WAIT_S)
     txn = stage.prefetch.open_transaction
     assert txn is not None and txn.state is PrefetchState.PENDING
+    rolled_back_in: list[str] = []
+    txn.on_rollback(lambda: rolled_back_in.append(threading.current_thread().name))
 
-    stage.prefetch.discard_open("conversation.item.create")
+    # the provider sends nothing meanwhile: the stage, waiting on it, still takes the message
+    stage.inq.put_ahead(DiscardFollowUp("conversation.item.create"))
+    wait_for(lambda: txn.state is PrefetchState.DISCARDED, "discarded it while the provider was silent")
+    assert txn.discard_reason == "conversation.item.create" and rolled_back_in == ["llm"]
     follow_up.resume.set()
     wait_for(lambda: stage.prefetch.running is None, "released the prefetch slot")
     assert follow_up.stopped_early and not follow_up.finished.is_set()
     assert stage.quiet() == []
     assert [i["type"] for i in stage.llm.chat.items()][-1] == "function_call_output"
+    assert stage.inq.empty()
+
+
+def test_an_engine_on_the_stage_thread_takes_the_discard_when_it_asks_whether_to_stop(
+    make_stage: Callable[..., Stage],
+) -> None:
+    """An in-process engine (llama.cpp) runs in the stage's thread and asks ``should_stop``
+    between tokens: the discard is applied there."""
+    follow_up = Script(["It is sunny. ", "Take a hat. ", "Bye."], pause_after=1)
+    stage = make_stage(calling_script(), follow_up)
+    stage.llm.events_in_helper_thread = False
+    call = ask_and_call(stage)
+    stage.inq.put(FunctionOutput(call.call_id, WEATHER_OUTPUT))
+    assert follow_up.paused.wait(WAIT_S)
+    txn = stage.prefetch.open_transaction
+    assert txn is not None
+    rolled_back_in: list[str] = []
+    txn.on_rollback(lambda: rolled_back_in.append(threading.current_thread().name))
+    stage.inq.put_ahead(DiscardFollowUp("session.update"))
+    follow_up.resume.set()
+    wait_for(lambda: stage.prefetch.running is None, "released the prefetch slot")
+    assert txn.state is PrefetchState.DISCARDED and txn.discard_reason == "session.update"
+    assert rolled_back_in == ["llm"] and follow_up.stopped_early
+    assert stage.quiet() == []
 
 
 def test_failed_hidden_generation_is_never_claimed(make_stage: Callable[..., Stage]) -> None:

@@ -65,7 +65,7 @@ from speech_to_speech.llm.api import (
     summary_request,
 )
 from speech_to_speech.llm.chat import Chat
-from speech_to_speech.llm.hidden_response import HiddenResponse
+from speech_to_speech.llm.hidden_response import FollowUpAhead, HiddenResponse
 from speech_to_speech.llm.prefetch import PrefetchCoordinator, ResponsePrefetchTransaction
 from speech_to_speech.llm.prompts import build_text_system_prompt, build_voice_system_prompt, reply_language
 from speech_to_speech.llm.provider_reader import STALLED, read_with_deadlines
@@ -104,7 +104,7 @@ class _ResponseState:
     held: HiddenResponse | None = None  # a follow-up generated ahead: what it holds until claimed
 
 
-class BaseLLMHandler(BaseHandler):
+class BaseLLMHandler(FollowUpAhead, BaseHandler):
     """Consumes :class:`Transcript`; emits :class:`TTSInput` / :class:`TextOutput` /
     :class:`ToolCallRequest` in order, then exactly one :class:`EndOfResponse`.
 
@@ -249,8 +249,7 @@ class BaseLLMHandler(BaseHandler):
             if held is not None:  # the follow-up generated ahead is this response
                 yield from held
                 return
-            if self.prefetch is not None:  # it answers the history as it is, not a speculative reply
-                self.prefetch.discard_open("response request")
+            self.discard_follow_up("response request")  # it answers the history as it is
             if not self.gate.admits(item.stamp):
                 yield EndOfResponse(item.stamp, error="cancelled")
                 return
@@ -329,7 +328,11 @@ class BaseLLMHandler(BaseHandler):
             st.publish(ResponseStarted(st.stamp.turn_id, item.speech_end_time or None, st.stamp.revision))
             start = time.monotonic()
             sent = True
-            yield from self._consume(st, self._timed_events(request, lambda: self._stale(st.stamp), start), start)
+
+            def should_stop() -> bool:  # a follow-up generated ahead also stops on a discard sent to it
+                return (held is not None and self._discard_waiting()) or self._stale(st.stamp)
+
+            yield from self._consume(st, self._timed_events(request, should_stop, start), start)
         except EmptyRequestError as exc:
             st.error = str(exc)
             logger.warning("%s: %s", self.name, exc)
@@ -375,7 +378,7 @@ class BaseLLMHandler(BaseHandler):
         try:
             for event in events:
                 if st.held is not None and not st.held.released:  # is the client's request for it next?
-                    yield from self._claim_next(st)
+                    yield from self._between_events(st)
                     if st.cancelled:
                         return
                 if event is STALLED:  # the provider paused: a whole sentence held for more text goes now
@@ -514,78 +517,6 @@ class BaseLLMHandler(BaseHandler):
         self.chat.trim_if_needed()
         self.chat.compact_audio_history(self.config.audio_history_turns)
         self.chat.compact_image_history(self.config.image_history_turns)
-
-    # -- speculative follow-up (tool results) -----------------------------------------------
-    def _all_calls_answered(self) -> bool:
-        items = self.chat.items()
-        calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
-        outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
-        return bool(calls) and calls <= outputs
-
-    def _prefetch(self) -> Iterator[Any]:
-        """Generate the follow-up to tool results hidden, before the client asks for it.
-
-        Its events and outputs are held (:class:`HiddenResponse`) until the client's plain
-        ``response.create`` claims it: a :class:`ResponseRequest` met at the head of this stage's
-        queue between two provider events (:meth:`_claim_next`) or after (:meth:`process`); the held
-        output then flows at once. Any other request, or a discard by the session, stops it and rolls
-        its history back; a failed one discards itself (the client's request generates afresh).
-        """
-        assert self.prefetch is not None
-        if self.input_queue is not None and not self.input_queue.empty():
-            return  # more work is waiting (maybe the client's own response request)
-        stamp = self.gate.new_turn_stamp()
-        txn = self.prefetch.try_start(f"prefetch_{stamp.turn_id}", {})
-        if txn is None:
-            return
-        hidden = HiddenResponse(self.bus)
-        self._hidden = (txn.key, hidden)
-        txn.register_abort(lambda: self.gate.turns.revise(stamp.turn_id))  # stale: generation stops
-        try:
-            item = Transcript(stamp, "", language=self.latest_language(), wants_audio=self.default_wants_audio)
-            for out in self._generate(item, self.build_request(item), txn):
-                # a failed follow-up is never claimed (the request generates afresh); a claimed one ends
-                failed = isinstance(out, EndOfResponse) and out.error not in (None, "cancelled")
-                if (failed and txn.discard("prefetch failed")) or txn.is_discarded:
-                    break
-                if hidden.released:
-                    yield out
-                    continue
-                hidden.hold(out)
-        finally:
-            self.prefetch.finished(txn)
-
-    def _claim_next(self, st: _ResponseState) -> Iterator[Any]:
-        """Between two provider events of the follow-up generated ahead: if a response request is
-        next in this stage's queue, take it and claim the follow-up for it (the held output goes on
-        at once, :meth:`_claim`), or, when it asks for another response, stop generating and put it
-        back at the head of the queue (this stage takes it next)."""
-        queue = self.input_queue
-        request = queue.take_first_if(lambda m: isinstance(m, ResponseRequest)) if queue is not None else None
-        if request is None:
-            return
-        held = self._claim(request)
-        if held is None:
-            assert queue is not None
-            queue.put_first(request)
-            st.cancelled = True
-            return
-        yield from held
-
-    def _claim(self, request: ResponseRequest) -> list[Any] | None:
-        """Claim the follow-up generated ahead for ``request`` if it is that response: a client's
-        current request whose options match (:meth:`PrefetchCoordinator.take_for`, which discards
-        the follow-up when they do not). Returns the held outputs to send on, or None."""
-        if self.prefetch is None or self._hidden is None or request.claim_options is None:
-            return None
-        key, hidden = self._hidden
-        txn = self.prefetch.open_transaction
-        if txn is None or txn.key != key or not self.gate.admits(request.stamp):
-            return None
-        if self.prefetch.take_for(request.claim_options) is None:
-            return None
-        self._hidden = None
-        return hidden.release(request.stamp.turn_id)
 
     def on_partial_transcript(self, text: str) -> None:
         """The words of the turn being spoken so far (a :class:`PartialTranscript`, in this stage's

@@ -218,9 +218,9 @@ class Pipeline:
           :class:`CommitToolCall` to the LLM, at the head of its queue, before the client can answer.
         """
         if self.interruptions is not None and isinstance(event, Interruptions.EVENTS):
-            self._ahead(JudgeEvent(event))
+            self.send_ahead(JudgeEvent(event))
         if self.interruptions is not None and isinstance(event, RepliesInFlight.EVENTS):
-            self._ahead(ReplyProgress(event))
+            self.send_ahead(ReplyProgress(event))
         if isinstance(event, SpeechStarted):
             if not event.pauses_reply:
                 self.interrupt(event.time, report_silent=event.barge_in)
@@ -238,9 +238,11 @@ class Pipeline:
         elif isinstance(event, ToolCallReady):
             self._to_llm(CommitToolCall(event.call_id))
 
-    def _ahead(self, message: StageControl) -> None:
+    def send_ahead(self, message: StageControl) -> None:
         """Put ``message`` ahead of the data in its target stage's queue, behind the control
-        messages already there (events reach a stage in the order they happened)."""
+        messages already there (events reach a stage in the order they happened). Never blocks;
+        any thread (a realtime session sends a :class:`~speech_to_speech.llm.hidden_response.DiscardFollowUp`
+        this way)."""
         for stage in self.stages:
             if isinstance(stage, message.target) and stage.input_queue is not None:
                 stage.input_queue.put_ahead(message)

@@ -10,9 +10,10 @@ Cutting a reply to what the client played (``conversation.item.truncate``) is a 
 :class:`~speech_to_speech.llm.upstream.CutToHeard`, the one the pipeline sends on a barge-in.
 A ``response.create`` is a :class:`~speech_to_speech.core.messages.ResponseRequest` on the same
 queue; the LLM stage decides, in its thread, whether the follow-up it generated ahead is that
-response. What the session still calls directly are two objects with their own locks, not stage
-methods: ``prefetch.discard_open`` (the coordinator of follow-ups generated ahead) and
-``chat.items()`` (reading the history).
+response. Throwing that follow-up away when what it was made from changed is a message too:
+:class:`~speech_to_speech.llm.hidden_response.DiscardFollowUp`, put ahead of the data in the LLM
+stage's queue. What the session still reads directly is the history (``chat.items()``, behind the
+history's lock); it calls no stage method.
 """
 
 from __future__ import annotations

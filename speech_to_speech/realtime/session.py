@@ -53,6 +53,7 @@ from speech_to_speech.core.events import (
 )
 from speech_to_speech.core.messages import AudioChunk, FunctionOutput, ResponseRequest, SpeechSegment
 from speech_to_speech.core.queues import StageQueue
+from speech_to_speech.llm.hidden_response import DiscardFollowUp
 from speech_to_speech.llm.stage import BaseLLMHandler
 from speech_to_speech.llm.upstream import CutToHeard
 from speech_to_speech.pipeline.builder import SESSION, SESSION_QUEUE_SIZES, Ends, Shared, build
@@ -450,8 +451,9 @@ class RealtimeSession:
         self.pipeline.interrupt(time.monotonic(), report_silent=True, keep=self.output.text_only_turns())
 
     def _discard_prefetch(self, reason: str) -> None:
-        if self.llm.prefetch is not None:
-            self.llm.prefetch.discard_open(reason)
+        """What the follow-up generated ahead was made from changed: the LLM stage discards it, in
+        its thread (a :class:`DiscardFollowUp` ahead of the data in its queue)."""
+        self.pipeline.send_ahead(DiscardFollowUp(reason))
 
     def _enqueue(self, item: Any) -> None:
         """Client-driven work goes through the STT queue so it keeps its place after audio turns.

@@ -38,14 +38,18 @@ class ForeignCall:
 
 
 def _stage_classes() -> list[type]:
-    """Every :class:`BaseHandler` subclass imported so far (the base included)."""
+    """Every :class:`BaseHandler` subclass imported so far (the base included), and the other
+    classes they are made of (e.g. the LLM stage's
+    :class:`~speech_to_speech.llm.hidden_response.FollowUpAhead`), :class:`threading.Thread` and
+    ``object`` left out."""
     found, todo = [], [BaseHandler]
     while todo:
         cls = todo.pop()
         if cls not in found:
             found.append(cls)
             todo.extend(cls.__subclasses__())
-    return found
+    parts = [base for cls in found for base in cls.__mro__ if base not in (threading.Thread, object)]
+    return list(dict.fromkeys([*found, *parts]))
 
 
 class ThreadOwnership:
@@ -62,7 +66,15 @@ class ThreadOwnership:
     #: methods of :class:`threading.Thread` and the life cycle that other threads call by design
     NOT_CHECKED = frozenset(("run", "start", "join", "is_alive", "setup", "cleanup"))
 
-    def __init__(self) -> None:
+    def __init__(self, parts: tuple[type, ...] = ()) -> None:
+        """Args:
+        parts: classes of objects a stage holds as attributes and owns with its thread (e.g. the
+            LLM stage's :class:`~speech_to_speech.llm.prefetch.PrefetchCoordinator`): their methods
+            are watched too, as the holding stage's.
+        """
+        self.parts = parts
+        self._holder: dict[int, BaseHandler] = {}  # id of a part -> the running stage that holds it
+        self._scanned: set[int] = set()  # ids of the stages whose parts are known
         self.calls: list[ForeignCall] = []  # each foreign call once
         self.checked = 0  # calls of running stages' methods watched (a sanity count)
         self._lock = threading.Lock()
@@ -101,6 +113,10 @@ class ThreadOwnership:
                     continue
                 if inspect.isfunction(function):
                     self._patch(cls, name, function, self._checked(cls, name, function))
+        for cls in self.parts:
+            for name, function in list(vars(cls).items()):
+                if not name.startswith("__") and inspect.isfunction(function):
+                    self._patch(cls, name, function, self._part_checked(cls, name, function))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -122,6 +138,7 @@ class ThreadOwnership:
             ready = getattr(stage, "ready", None)
             if ready is not None and ready.is_set() and stage.is_alive():
                 self.checked += 1
+                self._find_parts(stage)
                 caller = threading.current_thread()
                 if self.owner(caller) is not stage:
                     self._record(ForeignCall(stage.name, label, caller.name))
@@ -131,6 +148,30 @@ class ThreadOwnership:
                 return function(stage, *args, **kwargs)
             finally:
                 inside.pop()
+
+        return checked
+
+    def _find_parts(self, stage: BaseHandler) -> None:
+        """Note which watched parts ``stage`` holds (once, when it runs)."""
+        if id(stage) in self._scanned or not self.parts:
+            return
+        self._scanned.add(id(stage))
+        for value in list(vars(stage).values()):
+            if isinstance(value, self.parts):
+                self._holder[id(value)] = stage
+
+    def _part_checked(self, cls: type, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        label = f"{cls.__name__}.{name}"
+
+        @functools.wraps(function)
+        def checked(part: Any, *args: Any, **kwargs: Any) -> Any:
+            stage = self._holder.get(id(part))
+            if stage is not None and stage.is_alive():
+                self.checked += 1
+                caller = threading.current_thread()
+                if self.owner(caller) is not stage:
+                    self._record(ForeignCall(stage.name, label, caller.name))
+            return function(part, *args, **kwargs)
 
         return checked
 

@@ -180,8 +180,8 @@ class Ends:
         source: builds the first stage from its output queue (the VAD's input, or the LLM's
             when ``speech_input`` is False); None: the caller feeds the pipeline through
             :attr:`Pipeline.inputs` (a realtime session).
-        speech_input: the input is audio (VAD → STT in front of the LLM); False: typed turns,
-            put straight on the LLM's queue.
+        speech_input: the input is audio (VAD → STT in front of the LLM); False: typed turns
+            only (no VAD or STT: the ``"typed"`` queue is the LLM's).
         queue_sizes: capacity of each queue, by name (see :data:`QUEUE_SIZES`).
         thread_prefix: threads are named ``f"{thread_prefix}:{role}"`` (a session's id);
             "": ``role:backend`` (``lm_output`` alone).
@@ -268,6 +268,9 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
     names += ("transcripts", "llm_out", "tts_inputs", "audio_out")
     names += ("confirmed",) if speculation is not None else ()
     queues = {name: StageQueue(ends.queue_sizes[name]) for name in names}
+    # typed turns and client requests enter one way: the queue after the VAD (the STT's, where they
+    # keep their place after the speech before them; the LLM's when there is no speech input)
+    queues["typed"] = queues["segments" if ends.speech_input else "transcripts"]
 
     def model_stage(role: str, inq: str, outq: str, **collaborators: Any) -> BaseHandler:
         backend = backends[role]
@@ -284,7 +287,7 @@ def build(args: argparse.Namespace, ends: Ends, features: Features, bus: EventBu
 
     stages: dict[str, BaseHandler] = {}
     if ends.source is not None:
-        stages["source"] = ends.source(queues["audio" if ends.speech_input else "transcripts"], shared)
+        stages["source"] = ends.source(queues["audio" if ends.speech_input else "typed"], shared)
     if ends.speech_input:
         stages["vad"] = model_stage(
             "vad",

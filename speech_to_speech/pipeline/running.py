@@ -109,7 +109,8 @@ class Pipeline:
     #: judges user speech during a reply (None: speech cancels the reply at once)
     interruptions: Interruptions | None = None
     #: the queues by name (see :data:`~speech_to_speech.pipeline.builder.QUEUE_SIZES`): where a caller feeds
-    #: a pipeline that has no source stage (a session puts audio on ``"audio"``, requests on ``"segments"``)
+    #: a pipeline that has no source stage (a session puts audio on ``"audio"``, typed turns and requests
+    #: on ``"typed"``: the STT's queue, or the LLM's without speech input, as local mode's typed turns)
     inputs: dict[str, StageQueue] = field(default_factory=dict)
 
     @overload

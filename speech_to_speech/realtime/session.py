@@ -456,12 +456,13 @@ class RealtimeSession:
         self.pipeline.send_ahead(DiscardFollowUp(reason))
 
     def _enqueue(self, item: Any) -> None:
-        """Client-driven work goes through the STT queue so it keeps its place after audio turns.
+        """Client-driven work enters where typed turns do (the pipeline's ``"typed"`` queue, the STT's),
+        so that it keeps its place after the audio turns before it.
 
         Never blocks the event loop: a full queue is an error for the client.
         """
         try:
-            self.inputs["segments"].put_nowait(item)
+            self.inputs["typed"].put_nowait(item)
         except queue.Full:
             raise ProtocolError("server_busy", "too many requests in flight; try again shortly") from None
 

@@ -81,6 +81,16 @@ _TEXT_LEAD = (
     "of your replies; they do not change your role or your knowledge."
 )
 
+#: The last rule is for a user who announces what they will say ("Listen to this line."): the 1.5B
+#: invented a quotation from the book and went on quoting for the next three turns (issue 27); with
+#: it, "Go ahead." and reactions to the lines (three of the conversation benchmark's dialogues typed
+#: as the server had heard them: 16 of 18 turns right against 15). Tried and left out (2026-12-07):
+#: "Yes, it is." dropped from the first rule's examples (the 1.5B says it to statements it cannot
+#: react to: "My sister is getting married next month." -> "Yes, it is.") took the voice tool prompts
+#: of ``benchmark_tools.py`` from 15/16 to 13/16 (two sums answered from memory, a call on "Great,
+#: that's all I needed."), "In Paris." in its place 14/16; the example "Do you know where the Eiffel
+#: Tower is?" / "Yes: in Paris." (for "Do you remember my name?" -> "Yes, I remember your name.")
+#: 13/16 with the rest.
 _VOICE_RULES = (
     'Start with the answer itself, in one to four words, as a sentence of its own ("Jupiter.", "Yes, it '
     'is.", "Oh, nice!"); then add at most one short sentence, unless asked for more.',
@@ -89,6 +99,7 @@ _VOICE_RULES = (
     "meant, and do not point out or correct possible mishearings unless asked.",
     "The user is talking with you, not dictating. When they tell you something instead of asking, react "
     "in your own words: a short comment or a question about it. Never repeat, quote or rephrase their words.",
+    'When they are about to read, say or show you something, only say you are listening ("Go ahead.").',
 )
 
 #: added to the voice rules only when tools are offered. The third made the embedded

@@ -169,7 +169,7 @@ class RealtimeSession:
         ends = Ends(make_sink, source=None, queue_sizes=SESSION_QUEUE_SIZES, thread_prefix=self.id, playback=playback)
         self.pipeline = build(self.args, ends, SESSION, bus=self.bus)
         self.gate, self.stop_event = self.pipeline.gate, self.pipeline.stop_event
-        #: where the client's audio and requests enter: ``"audio"`` (the VAD's queue), ``"segments"`` (the STT's)
+        #: where the client's audio and requests enter: ``"audio"`` (the VAD's queue), ``"typed"`` (the STT's)
         self.inputs = self.pipeline.inputs
         self.vad = self.pipeline.stage("vad", BaseVADHandler)
         self.llm = self.pipeline.stage("llm", BaseLLMHandler)

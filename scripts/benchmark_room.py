@@ -221,7 +221,11 @@ def run_condition(condition: Condition, args: argparse.Namespace, workdir: Path)
                 condition.false_stops += 1
                 stops = [(r.get("reason"), r.get("text")) for r in room.records("barge_in")[barge_ins:]]
                 print(f"  false stop: {stops}", file=sys.stderr, flush=True)
-            condition.resumed += len(room.records("reply_resumed")) > resumes
+            resumed = room.records("reply_resumed")[resumes:]
+            if resumed:  # the story stopped for a moment: what the program heard instead of its voice
+                condition.resumed += 1
+                heard = [(r.get("reason"), r.get("text"), round(r.get("paused_ms", 0))) for r in resumed]
+                print(f"  paused and resumed: {heard}", file=sys.stderr, flush=True)
             time.sleep(SETTLE_S)
         for trial in range(args.trials):
             provider.script(STORY_REPLY, SHORT_REPLY)

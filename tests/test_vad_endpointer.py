@@ -13,6 +13,7 @@ from speech_to_speech.core.events import (
     Event,
     FirstAudio,
     ResponseStarted,
+    SpeechDiscarded,
     SpeechStarted,
     SpeechStopped,
     StageError,
@@ -324,3 +325,47 @@ def test_the_end_of_speech_is_the_last_frame_within_30_db_of_the_peak() -> None:
     end = speech_end_index(samples, SAMPLE_RATE)
     assert end is not None and 20_000 <= end <= 20_000 + 320
     assert speech_end_index(np.zeros(100, np.float32), SAMPLE_RATE) is None  # not one whole frame
+
+
+def test_a_blip_that_paused_a_reply_is_dropped_after_a_short_silence() -> None:
+    """A blip of the voice's echo that paused a reply gives it back after SHORT_SPEECH_DROP_MS of
+    silence (5 chunks), not min_silence_ms (10 here): the reply's stutter is that much shorter."""
+    endpointer = Endpointer(CONFIG)
+    assert run(endpointer, [SILENCE] * 3 + [SPEECH]) == [(3, "start")]
+    endpointer.drop_short_after()  # the VAD does this when the speech pauses a reply
+    run(endpointer, [SPEECH] + [SILENCE] * 4)
+    assert endpointer.in_speech
+    run(endpointer, [SILENCE])
+    assert not endpointer.in_speech  # dropped: too short to be a turn
+
+
+def test_a_word_that_paused_a_reply_keeps_the_silence_bound() -> None:
+    """Longer than a blip (BLIP_MS): "Wait," of "Wait, stop." must not be dropped at its comma."""
+    endpointer = Endpointer(CONFIG)
+    run(endpointer, [SPEECH])
+    endpointer.drop_short_after()
+    run(endpointer, [SPEECH] * 3 + [SILENCE] * 9)
+    assert endpointer.in_speech
+    assert endpoints(run(endpointer, [SPEECH] * 4 + [SILENCE] * SILENCE_CHUNKS))  # "stop.": one turn
+
+
+def test_the_vad_drops_a_blip_during_a_reply_soon() -> None:
+    """Through the stage: a 2-chunk blip during a reply, 7 silent chunks, then words. The blip is
+    dropped (too short) before the words, which pause the reply again as speech of their own;
+    with the 10-chunk bound the words would have joined the blip's utterance."""
+    probabilities = [SILENCE] * 4 + [SPEECH] * 8 + [SILENCE] * 14  # the user's turn, then its reply plays
+    probabilities += [SPEECH] * 2 + [SILENCE] * 7 + [SPEECH] * 8 + [SILENCE] * 14
+    rig = VADRig.build(CONFIG, vad_chunks(probabilities), out_size=16)
+    rig.vad.interruptions = Interruptions(rig.bus)
+    rig.bus.subscribe(rig.vad.replies.on_event)  # the pipeline: ReplyProgress messages, in the VAD's thread
+
+    def reply_plays_at_the_endpoint(event: Event) -> None:
+        if isinstance(event, SpeechStopped) and not any(isinstance(e, ResponseStarted) for e in rig.events):
+            rig.bus.publish(ResponseStarted(event.turn_id))
+            rig.bus.publish(FirstAudio(event.turn_id))
+
+    rig.bus.subscribe(reply_plays_at_the_endpoint)
+    rig.run(timeout_s=2.0)
+    kinds = [type(e).__name__ for e in rig.events if isinstance(e, (SpeechStarted, SpeechDiscarded))]
+    assert kinds == ["SpeechStarted", "SpeechStarted", "SpeechDiscarded", "SpeechStarted"], kinds
+    assert [e.pauses_reply for e in rig.events if isinstance(e, SpeechStarted)] == [False, True, True]

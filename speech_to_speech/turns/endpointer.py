@@ -36,6 +36,16 @@ if TYPE_CHECKING:
 #: the pause at which an end-of-turn model is asked when ``speculative_silence_ms`` is 0, ms
 DEFAULT_PAUSE_MS = 200
 
+#: a blip that paused a reply (at most :data:`BLIP_MS` of speech) is dropped after this much silence,
+#: ms, instead of ``min_silence_ms``: the reply plays again only then. In the room of
+#: ``benchmark_room.py`` (the canceller on, no noise, 2026-12-07) blips of the voice's echo that AEC3
+#: left paused 3-4 of 6 stories for 480-600 ms each (``too_short``, with the 500 ms bound); 160-230
+#: ms with this bound
+SHORT_SPEECH_DROP_MS = 160
+#: the most speech a blip has, ms (3 chunks): the room's were 1-3 chunks. A word is longer: "Wait,"
+#: of "Wait, stop." keeps the 500 ms bound over its comma (dropped after 160 ms, the reply played
+#: again before "stop.": ``tests/test_realtime_backchannel.py``)
+BLIP_MS = 96
 #: why an utterance ended (:attr:`Endpoint.by`)
 BY_MODEL = "model"  # the end-of-turn model judged it complete after a short pause
 BY_SILENCE = "silence"  # the silence bound (min_silence_ms, or turn_max_silence_ms in semantic mode)
@@ -122,6 +132,7 @@ class Endpointer:
             max(1, round(config.turn_max_silence_ms / ms_per_chunk)) if semantic else self._silence_chunks
         )
         self._min_speech_chunks = max(1, round(config.min_speech_ms / ms_per_chunk))
+        self._blip_chunks = max(1, round(BLIP_MS / ms_per_chunk))
         self._pad_chunks = round(config.speech_pad_ms / ms_per_chunk)
         self._max_chunks = max(1, round(config.max_speech_ms / ms_per_chunk))
         pause_ms = config.speculative_silence_ms
@@ -144,6 +155,7 @@ class Endpointer:
         self._last_speech_end = 0
         self._speculated = False
         self._short_silence_chunks = 0
+        self._drop_chunks = 0
         self._preroll.clear()
 
     @property
@@ -200,7 +212,8 @@ class Endpointer:
         else:
             self._silent_run += 1
         long_enough = self._speech_chunks >= self._min_speech_chunks
-        if self._silent_run >= (self.turn_silence_chunks if long_enough else self._silence_chunks):
+        short = self._drop_chunks if self._drop_chunks and self._speech_chunks <= self._blip_chunks else 0
+        if self._silent_run >= (self.turn_silence_chunks if long_enough else short or self._silence_chunks):
             return self._finish(BY_SILENCE)
         if self._short_silence_chunks and long_enough and self._silent_run >= self._short_silence_chunks:
             return self._finish(BY_TEXT)
@@ -221,6 +234,15 @@ class Endpointer:
         if self.in_speech and silence_ms > 0:
             ms_per_chunk = 1000 * self.chunk_samples / self.sample_rate
             self._short_silence_chunks = max(1, round(silence_ms / ms_per_chunk))
+
+    def drop_short_after(self, silence_ms: int = SHORT_SPEECH_DROP_MS) -> None:
+        """While the utterance in progress is a blip (at most :data:`BLIP_MS` of speech), let
+        ``silence_ms`` of silence drop it (instead of ``min_silence_ms``): for speech that paused a
+        reply, which plays again only once the speech is dropped. No effect outside an utterance or
+        with ``silence_ms`` <= 0."""
+        if self.in_speech and silence_ms > 0:
+            ms_per_chunk = 1000 * self.chunk_samples / self.sample_rate
+            self._drop_chunks = max(1, round(silence_ms / ms_per_chunk))
 
     def end_turn(self) -> Endpoint | None:
         """End the utterance in progress now (an end-of-turn model judged it complete).
@@ -263,6 +285,7 @@ class Endpointer:
         self._silent_run = 0
         self._speculated = False
         self._short_silence_chunks = 0
+        self._drop_chunks = 0
         if not long_enough or not chunks:
             return None
         return Endpoint(np.concatenate(chunks).astype(np.float32, copy=False), speech_end, confirms, by, end_offset)

@@ -364,6 +364,8 @@ class BaseVADHandler(BaseHandler):
             pauses = self.interruptions is not None and bool(self.replies.turns(other_than=reopened))
             if not pauses:
                 self.gate.scope.cancel()  # barge-in: whatever is in flight is stale from now on
+            else:  # a blip (the voice's echo, a click) gives the reply back soon
+                self.endpointer.drop_short_after()
         self._turn_probability = None
         self._start_offset = self.endpointer.offset
         self._during_reply = pauses or (reopens and self._during_reply)

@@ -124,7 +124,7 @@ class Endpointer:
         self.sample_rate = sample_rate
         self.chunk_samples = chunk_samples
         self.semantic = semantic
-        ms_per_chunk = 1000 * chunk_samples / sample_rate
+        ms_per_chunk = self.ms_per_chunk = 1000 * chunk_samples / sample_rate
         self._off_threshold = max(0.01, config.vad_threshold - 0.15)
         self._silence_chunks = max(1, round(config.min_silence_ms / ms_per_chunk))
         #: silent chunks that end an utterance long enough to be a turn
@@ -232,8 +232,7 @@ class Endpointer:
         speech resumes first. Its endpoint's ``by`` is :data:`BY_TEXT`. No effect outside an
         utterance or with ``silence_ms`` <= 0."""
         if self.in_speech and silence_ms > 0:
-            ms_per_chunk = 1000 * self.chunk_samples / self.sample_rate
-            self._short_silence_chunks = max(1, round(silence_ms / ms_per_chunk))
+            self._short_silence_chunks = max(1, round(silence_ms / self.ms_per_chunk))
 
     def drop_short_after(self, silence_ms: int = SHORT_SPEECH_DROP_MS) -> None:
         """While the utterance in progress is a blip (at most :data:`BLIP_MS` of speech), let
@@ -241,8 +240,7 @@ class Endpointer:
         reply, which plays again only once the speech is dropped. No effect outside an utterance or
         with ``silence_ms`` <= 0."""
         if self.in_speech and silence_ms > 0:
-            ms_per_chunk = 1000 * self.chunk_samples / self.sample_rate
-            self._drop_chunks = max(1, round(silence_ms / ms_per_chunk))
+            self._drop_chunks = max(1, round(silence_ms / self.ms_per_chunk))
 
     def end_turn(self) -> Endpoint | None:
         """End the utterance in progress now (an end-of-turn model judged it complete).

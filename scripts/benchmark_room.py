@@ -341,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--background_gate",
         choices=("auto", "false"),
-        default="false",
-        help="the program's --background_gate (auto: on for its microphone; false: off, its default)",
+        default="auto",
+        help="the program's --background_gate (auto, its default: on for its microphone; false: off)",
     )
     parser.add_argument("--snr_db", type=float, default=10.0, help="noise level under the user's speech, dB")
     args = parser.parse_args(argv)

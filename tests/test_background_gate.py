@@ -33,10 +33,12 @@ SNR_DB = 10.0
 needs_five_readers = pytest.mark.skipif(len(CLIPS) < 5, reason="babble needs pocketsphinx-testdata's 5 LibriVox clips")
 
 
-def heard(audio: np.ndarray, gate: bool) -> list[tuple[float, float]]:
-    """The turns the VAD stage finds in ``audio`` (16 kHz float32), as (start, end) in s."""
+def heard(audio: np.ndarray, gate: bool | BackgroundGate) -> list[tuple[float, float]]:
+    """The turns the VAD stage finds in ``audio`` (16 kHz float32), as (start, end) in s, with a
+    new gate (True), none (False) or the one given."""
     config = VADConfig(turn_grace_ms=0, speculative_silence_ms=0)
-    vad = new_stage(SileroVADHandler, config=config, background=BackgroundGate() if gate else None)
+    background = gate if isinstance(gate, BackgroundGate) else BackgroundGate() if gate else None
+    vad = new_stage(SileroVADHandler, config=config, background=background)
     vad.load()
     log = BusLog(vad.bus)
     block = 1_600  # 100 ms, as a microphone delivers
@@ -48,13 +50,15 @@ def heard(audio: np.ndarray, gate: bool) -> list[tuple[float, float]]:
     return list(zip(starts, ends + [len(audio) / SAMPLE_RATE] * (len(starts) - len(ends)), strict=True))
 
 
-def reader_in(noise_kind: str, index: int, lead_s: float = AROUND_S) -> tuple[np.ndarray, float, float]:
-    """Clip ``index`` read over ``noise_kind`` at :data:`SNR_DB`: (audio, reader's start, end in s)."""
+def reader_in(
+    noise_kind: str, index: int, lead_s: float = AROUND_S, snr_db: float = SNR_DB
+) -> tuple[np.ndarray, float, float]:
+    """Clip ``index`` read over ``noise_kind`` at ``snr_db``: (audio, reader's start, end in s)."""
     speech, rate = sf.read(str(CLIPS[index]), dtype="float32")
     assert rate == SAMPLE_RATE
     total = len(speech) + int((lead_s + AROUND_S) * SAMPLE_RATE)
     others = [clip for i, clip in enumerate(CLIPS) if i != index]
-    level = speech_rms(CLIPS[index]) * 10 ** (-SNR_DB / 20)
+    level = speech_rms(CLIPS[index]) * 10 ** (-snr_db / 20)
     # the readers' first words, not their silent starts, at the beginning: a room already talking
     noise = np.roll(make_noise(noise_kind, total / SAMPLE_RATE, voices=others), -SAMPLE_RATE)
     audio = noise[:total] * level
@@ -107,8 +111,52 @@ def test_talk_that_starts_in_a_quiet_room_becomes_the_room() -> None:
     assert len(heard(audio, gate=False)) == 1
 
 
-def test_off_by_default_and_auto_is_a_raw_microphone_only() -> None:
-    assert VADConfig().background_gate == "false"
+class AlwaysActing(BackgroundGate):
+    """The gate as it was before it learnt to stand aside: the level rules whatever the room."""
+
+    def _update_acting(self) -> None:
+        self.acting = True
+
+
+@needs_five_readers
+def test_under_a_loud_fan_the_gate_stands_aside() -> None:
+    """Pink noise at 6 dB SNR: the level rules would cut the reader's soft words; the gate, which
+    knows the room is not talking, leaves every turn as the VAD alone finds it."""
+    cut = 0
+    for index in range(5):
+        audio, _, _ = reader_in("pink", index, snr_db=6.0)
+        without = heard(audio, gate=False)
+        gate = BackgroundGate()
+        assert heard(audio, gate) == without, index
+        assert not gate.acting
+        always = heard(audio, AlwaysActing())
+        cut += len(always) != len(without) or abs(always[-1][1] - without[-1][1]) > 0.3
+    assert cut >= 1  # what it would have done (clip 2: its last 1.6 s were lost)
+
+
+@needs_five_readers
+def test_the_gate_acts_while_the_room_talks_and_stands_aside_once_it_stops() -> None:
+    """Babble, then 10 s under the assistant's voice (the canceller's suppressor holds the room
+    down: here, near silence), then the room quiet: the gate keeps acting through the voice."""
+    vad = new_stage(SileroVADHandler, config=VADConfig())
+    vad.load()
+    gate = BackgroundGate()
+    babble = make_noise("babble", 8.0, voices=CLIPS[1:]) * speech_rms(CLIPS[0]) * 10 ** (-SNR_DB / 20)
+    hush = np.random.default_rng(1).standard_normal(18 * SAMPLE_RATE) * 1e-3
+    room = np.concatenate([babble, hush]).astype(np.float32)
+    chunks_per_s = SAMPLE_RATE / 512
+    acting = []
+    for index, start in enumerate(range(0, len(room) - 512, 512)):
+        chunk = room[start : start + 512]
+        voice = 8 * chunks_per_s <= index < 18 * chunks_per_s
+        gate.filter(chunk, vad.speech_probability(chunk), in_speech=False, voice_playing=voice)
+        acting.append(gate.acting)
+    assert all(acting[: int(18 * chunks_per_s)])  # the talk from the first chunk, and under the voice
+    assert not any(acting[int(24 * chunks_per_s) :])  # quiet again, the voice silent
+
+
+def test_on_by_default_and_auto_is_a_raw_microphone_only() -> None:
+    assert VADConfig().background_gate == "auto"
 
     def ends(raw_input: bool) -> Ends:
         return Ends(sink=lambda queue, shared: None, raw_input=raw_input)  # type: ignore[arg-type, return-value]

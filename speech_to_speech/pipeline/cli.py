@@ -305,7 +305,7 @@ _HELP = {
     "auto (the default: where a raw microphone can hear the speaker, local mode), true (also on WebRTC calls) or false",
     "noise_suppression": "WebRTC's noise suppression on the input before VAD and STT, true/false",
     "background_gate": "speech no louder than the room's background (a television, other people talking) is not the "
-    "user's: auto (a raw microphone in a room: local mode), true, or false (the default)",
+    "user's, while that background is speech: auto (the default: a raw microphone in a room, local mode), true, false",
     "stt_cpu_threads": "STT engine CPU threads; 0 = the engine's default",
     "stt_model": (
         "STT model: whisper-base (embedded, multilingual; the multilingual extra), whisper-tiny.en, a CTranslate2 "

@@ -8,7 +8,8 @@ stage can be asked what each request cost:
 * the second turn reuses everything the first one evaluated (system prompt, turn, reply);
 * the fast 0.5B never reads a statement back (the echo guard: not its opening words, no run of
   more than six of its tokens); the 1.5B, the model to choose for sense, answers it with a
-  reaction (echo score at most 0.5).
+  reaction (echo score at most 0.5), and says it listens only to a user who announces a reading
+  (Piper speech: news, then "Let me read you a sentence from the book.").
 """
 
 from __future__ import annotations
@@ -193,3 +194,37 @@ def test_a_spoken_statement_gets_a_reaction_not_a_repeat(conversation_1_5b: dict
     for said, reply in turns(conversation_1_5b):
         assert reply.strip(), said
         assert echo_score(said, reply) <= 0.5, (said, reply)
+
+
+#: news told to the assistant, then an announcement that a line will be read (Piper speech)
+NEWS, ANNOUNCEMENT = "My sister just moved to Lisbon.", "Let me read you a sentence from the book."
+#: how a reply says it is waiting for what the user will read
+LISTENING = re.compile(r"\b(go ahead|listening)\b", re.IGNORECASE)
+
+
+@pytest.fixture(scope="module")
+def announced(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
+    """NEWS, then ANNOUNCEMENT, spoken by the embedded Piper voice, through the pipeline with the 1.5B."""
+    if not all(importlib.util.find_spec(part) for part in EMBEDDED_MODELS["qwen2.5-coder-1.5b"].parts):
+        pytest.skip("the Qwen2.5-Coder-1.5B parts are not installed")
+    from speech_to_speech.testing.turns import silence, synthesize
+
+    tmp = tmp_path_factory.mktemp("announced")
+    path = tmp / "announced.wav"
+    audio = [silence(0.5), synthesize(NEWS), silence(GAP_S), synthesize(ANNOUNCEMENT), silence(2.0)]
+    sf.write(str(path), np.concatenate(audio), 16_000)
+    args = parse_args(["--input_audio", str(path), "--output_audio", str(tmp / "out.wav")])
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    run_local(args, bus)
+    return turns({"events": events})
+
+
+def test_news_gets_a_reaction_and_only_an_announcement_gets_listening(announced: list[tuple[str, str]]) -> None:
+    """A rule for users who announce a reading ("Listen to this line.") made the 1.5B say "Go ahead."
+    to news as well ("My sister just moved to Lisbon.", 2026-12-07): news gets a reaction, the
+    announcement a reply that it listens."""
+    (news, news_reply), (announcement, announcement_reply) = announced
+    assert not LISTENING.search(news_reply), (news, news_reply)
+    assert LISTENING.search(announcement_reply), (announcement, announcement_reply)

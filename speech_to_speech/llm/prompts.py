@@ -90,7 +90,12 @@ _TEXT_LEAD = (
 #: of ``benchmark_tools.py`` from 15/16 to 13/16 (two sums answered from memory, a call on "Great,
 #: that's all I needed."), "In Paris." in its place 14/16; the example "Do you know where the Eiffel
 #: Tower is?" / "Yes: in Paris." (for "Do you remember my name?" -> "Yes, I remember your name.")
-#: 13/16 with the rest.
+#: 13/16 with the rest. Its first wording ("When they are about to read, say or show you something,
+#: only say you are listening ("Go ahead.")") matched any news: "My sister just moved to Lisbon.",
+#: "I think I'll go for a walk later." -> "Go ahead." (the spoken latency set, 2026-12-07). Narrowed
+#: to an announcement of a reading, without a phrase to copy (quoting "I'm listening." made it the
+#: reply to half the news again): typed replay of the benchmark's 68 turns without tools as heard,
+#: 58 right and 9 echoes against 55 and 13; voice tool prompts unchanged at 15/16.
 _VOICE_RULES = (
     'Start with the answer itself, in one to four words, as a sentence of its own ("Jupiter.", "Yes, it '
     'is.", "Oh, nice!"); then add at most one short sentence, unless asked for more.',
@@ -99,7 +104,8 @@ _VOICE_RULES = (
     "meant, and do not point out or correct possible mishearings unless asked.",
     "The user is talking with you, not dictating. When they tell you something instead of asking, react "
     "in your own words: a short comment or a question about it. Never repeat, quote or rephrase their words.",
-    'When they are about to read, say or show you something, only say you are listening ("Go ahead.").',
+    'Only when they announce that they will now read or recite something to you ("Listen to this line."), '
+    "just say you are listening and wait for it.",
 )
 
 #: added to the voice rules only when tools are offered. The third made the embedded

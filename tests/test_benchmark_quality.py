@@ -87,6 +87,30 @@ def test_a_refusal_is_no_reaction() -> None:
     assert scoring.score_turn(Turn("statement", "x"), user, "Wonderful! Can I help you plan anything?").right
 
 
+@pytest.mark.parametrize(
+    ("reply", "bare"),
+    [
+        ("Yes, it is.", True),
+        ("Yes, she did.", True),
+        ("No, it isn’t.", True),
+        ("Yes.", True),
+        ("Yeah, that was.", True),
+        ("Yes, it was a hard time for him.", False),
+        ("Yes, a puppy.", False),
+        ("Yes! What a lovely line.", False),
+        ("No way, that's wonderful!", False),
+        ("Oh, nice! Where is it?", False),
+    ],
+)
+def test_a_bare_yes_or_no_is_no_reaction(reply: str, bare: bool) -> None:
+    user = "He might even have been made amiable himself."
+    verdict = scoring.score_turn(Turn("statement", "x"), user, reply)
+    assert verdict.right is not bare
+    assert (verdict.why == "a bare yes or no") is bare
+    # a yes/no question's answer stays right
+    assert scoring.score_turn(Turn("fact", "x", facts=("it is",)), "Is a tomato a fruit?", "Yes, it is.").right
+
+
 def test_empty_reply_is_wrong_for_every_kind() -> None:
     for turn in (Turn("statement", "x"), Turn("fact", "x", facts=("paris",)), Turn("repeat", "x")):
         verdict = scoring.score_turn(turn, "hello", "  ")

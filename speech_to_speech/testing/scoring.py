@@ -8,8 +8,10 @@ turn has a ``kind``, which decides how its reply is scored by :func:`score_turn`
   dropped; a fact written in digits also matches its words: "48" or "forty eight", "7.5" or
   "seven point five");
 - ``statement``, ``smalltalk``: a reaction, not a repeat: the reply is not empty, not an echo
-  (:func:`is_echo` of the words the server heard) and not a refusal (:data:`REFUSAL`: "I can't
-  assist with that" is no reaction to "my sister is getting married");
+  (:func:`is_echo` of the words the server heard), not a refusal (:data:`REFUSAL`: "I can't
+  assist with that" is no reaction to "my sister is getting married") and not a bare yes or no
+  (:data:`BARE_YES_NO`: "Yes, it is." answers a question nobody asked; it is no reaction to "He
+  might even have been made amiable himself.");
 - ``shorter`` ("shorter please"): fewer words than the previous reply (:func:`is_shorter`);
 - ``repeat`` ("say that again"): most of the previous reply's content words again
   (:func:`repeat_overlap` at least :data:`REPEAT_MIN`);
@@ -55,6 +57,13 @@ REPEAT_MIN = 0.6
 FACT_KINDS = ("fact", "followup", "number", "memory")
 #: a refusal, which is no reaction to a statement
 REFUSAL = re.compile(r"\b(?:can't|cannot|can not|unable to|not able to)\s+(?:assist|help)\b", re.IGNORECASE)
+#: a reply that is only a yes or no, maybe with a pronoun and an auxiliary verb ("Yes, it is.",
+#: "Yes, she did.", "No, it isn't.", "Yes."): the answer to a yes/no question, no reaction to news
+BARE_YES_NO = re.compile(
+    r"^\W*(?:yes|yeah|yep|no|nope)\b(?:\W+(?:it|he|she|they|i|you|we|that|this|there)\s+"
+    r"(?:is|was|are|were|am|do|does|did|has|have|had|can|could|will|would)(?:n't|\s+not)?)?\W*$",
+    re.IGNORECASE,
+)
 #: kinds that need a reaction (a comment or a question), not a repeat
 REACTION_KINDS = ("statement", "smalltalk")
 #: every kind and its category in the report
@@ -330,6 +339,8 @@ def score_turn(
         verdict.why = f"echo ({verdict.echo:.2f} of the user's content words)"
     elif turn.kind in REACTION_KINDS and REFUSAL.search(reply.replace("’", "'")):
         verdict.why = "refusal"
+    elif turn.kind in REACTION_KINDS and BARE_YES_NO.match(reply.replace("’", "'").strip()):
+        verdict.why = "a bare yes or no"
     elif turn.kind == "shorter":
         verdict.why = "" if is_shorter(previous, reply) else f"not shorter ({verdict.words} vs {word_count(previous)})"
     elif turn.kind == "repeat":

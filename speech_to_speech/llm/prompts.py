@@ -84,21 +84,25 @@ _TEXT_LEAD = (
 #: The last rule is for a user who announces what they will say ("Listen to this line."): the 1.5B
 #: invented a quotation from the book and went on quoting for the next three turns (issue 27); with
 #: it, "Go ahead." and reactions to the lines (three of the conversation benchmark's dialogues typed
-#: as the server had heard them: 16 of 18 turns right against 15). Tried and left out (2026-12-07):
-#: "Yes, it is." dropped from the first rule's examples (the 1.5B says it to statements it cannot
-#: react to: "My sister is getting married next month." -> "Yes, it is.") took the voice tool prompts
-#: of ``benchmark_tools.py`` from 15/16 to 13/16 (two sums answered from memory, a call on "Great,
-#: that's all I needed."), "In Paris." in its place 14/16; the example "Do you know where the Eiffel
-#: Tower is?" / "Yes: in Paris." (for "Do you remember my name?" -> "Yes, I remember your name.")
-#: 13/16 with the rest. Its first wording ("When they are about to read, say or show you something,
-#: only say you are listening ("Go ahead.")") matched any news: "My sister just moved to Lisbon.",
-#: "I think I'll go for a walk later." -> "Go ahead." (the spoken latency set, 2026-12-07). Narrowed
+#: as the server had heard them: 16 of 18 turns right against 15). The first rule's examples had
+#: "Yes, it is." too, which the 1.5B said to 4-6 of the benchmark's 23 statements ("He might even
+#: have been made amiable himself." -> "Yes, it is."; the benchmark now counts a bare yes or no as no
+#: reaction). Without it (2026-12-07, after the rule below was narrowed): conversation benchmark
+#: 63/78 against 59/78, book club and baking statements answered with reactions; the voice tool
+#: prompts of ``benchmark_tools.py`` 14/16 against 15/16 ("What's the sum of 9 and 16?" at p(call)
+#: 0.0095, under the 0.01 threshold). In the morning, before the narrowing, dropping it had cost
+#: two tool prompts (15/16 -> 13/16) and "In Paris." in its place one; the example "Do you know
+#: where the Eiffel Tower is?" / "Yes: in Paris." (for "Do you remember my name?" -> "Yes, I
+#: remember your name.") 13/16 with the rest. The last rule's first wording ("When they are about
+#: to read, say or show you something, only say you are listening ("Go ahead.")") matched any
+#: news: "My sister just moved to Lisbon.", "I think I'll go for a walk later." -> "Go ahead." (the
+#: spoken latency set, 2026-12-07). Narrowed
 #: to an announcement of a reading, without a phrase to copy (quoting "I'm listening." made it the
 #: reply to half the news again): typed replay of the benchmark's 68 turns without tools as heard,
 #: 58 right and 9 echoes against 55 and 13; voice tool prompts unchanged at 15/16.
 _VOICE_RULES = (
-    'Start with the answer itself, in one to four words, as a sentence of its own ("Jupiter.", "Yes, it '
-    'is.", "Oh, nice!"); then add at most one short sentence, unless asked for more.',
+    'Start with the answer itself, in one to four words, as a sentence of its own ("Jupiter.", "Oh, '
+    'nice!"); then add at most one short sentence, unless asked for more.',
     "Write only words to be spoken: no markdown, lists, emoji or stage directions like *laughs*.",
     "The user's words are a noisy speech transcript and may be misheard: answer what they most likely "
     "meant, and do not point out or correct possible mishearings unless asked.",

@@ -551,3 +551,31 @@ def test_the_vad_ends_a_turn_whose_pause_transcript_reads_finished() -> None:
     stopped = [e for e in rig.events if isinstance(e, SpeechStopped)]
     assert len(stopped) == 1 and stopped[0].endpoint_by == BY_TEXT, rig.events
     assert not rig.vad.speculation.is_pending(out[0].stamp)  # confirmed: its reply goes out
+
+
+@pytest.mark.parametrize(("probability", "silent_chunks"), [(0.1, 12), (0.5, 8)])
+def test_a_finished_statement_the_model_leans_to_ends_after_the_questions_silence(
+    probability: float, silent_chunks: int
+) -> None:
+    """A statement's transcript ends the turn after the statement's silence (12 chunks here), or the
+    question's (8) when Smart Turn's P(done) at the pause was at least STATEMENT_LIKELY_P (0.4)."""
+    rig = VADRig.build(SEMANTIC, vad_chunks([SPEECH] * 10 + [SILENCE] * 24))
+    rig.vad.load()
+    rig.vad.speculation = SpeculativeTurns(rig.gate)
+    verdict = TurnVerdict(False, probability, 1.0)  # under the 0.7 threshold either way
+    rig.vad.turn_detector = type("Unsure", (), {"judge": lambda self, s: verdict})()
+    rig.vad.endpointer = Endpointer(SEMANTIC, semantic=True)
+    told, ended_at = False, None
+    for index, item in enumerate(rig.items):
+        out = list(rig.vad.process(item))
+        speculative = [s for s in out if isinstance(s, SpeechSegment) and s.speculative]
+        if speculative and not told:
+            TranscriptEndsTurn(speculative[0].stamp, question=False).apply(rig.vad)
+            told = True
+        if ended_at is None and any(isinstance(e, SpeechStopped) for e in rig.events):
+            ended_at = index
+    assert told and ended_at is not None, rig.events
+    stopped = [e for e in rig.events if isinstance(e, SpeechStopped)]
+    assert len(stopped) == 1 and stopped[0].endpoint_by == BY_TEXT
+    per_item = len(rig.items[0].samples) // 512  # chunks of 512 samples in each item
+    assert (ended_at + 1) * per_item - 10 == silent_chunks

@@ -61,6 +61,12 @@ CONTINUATION_WORDS = _words(
 )
 #: what :func:`transcript_ends_turn` finds
 FINISHED_QUESTION, FINISHED_STATEMENT = "question", "statement"
+#: a finished statement whose pause Smart Turn scored at least this P(done) (under its threshold)
+#: ends after the question's silence, not the statement's: the words and the model both lean to
+#: done. LibriVox sentences read whole scored 0.11-0.18 at their end, and the one mid-phrase cut whose
+#: transcript read finished ("unless to be rather cold-hearted in wrath.") 0.04; clip 0930 over
+#: WebRTC (Opus) scored 0.48 and waited 1,066 ms for the statement rule (2026-12-07)
+STATEMENT_LIKELY_P = 0.4
 #: number words: a pause after one is a pause inside a number ("my number is five five five ...")
 NUMBER_WORDS = _words(
     """

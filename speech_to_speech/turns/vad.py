@@ -59,6 +59,7 @@ from speech_to_speech.turns.endpointer import (
 from speech_to_speech.turns.replies import RepliesInFlight
 from speech_to_speech.turns.turn_detection import (
     EAGERNESS_MAX_SILENCE_MS,
+    STATEMENT_LIKELY_P,
     TurnDetector,
     TurnModelUnavailable,
     load_turn_detector,
@@ -451,8 +452,9 @@ class BaseVADHandler(BaseHandler):
 
     def on_transcript_ends_turn(self, stamp: Stamp, question: bool) -> None:
         """The transcript of the speculative revision ``stamp`` reads finished (see
-        :class:`TranscriptEndsTurn`): end its turn after ``turn_question_silence_ms`` (a question)
-        or ``turn_statement_silence_ms`` of silence. Ignored when that revision is no longer the one
+        :class:`TranscriptEndsTurn`): end its turn after ``turn_question_silence_ms`` (a question,
+        or a statement the model scored at least :data:`STATEMENT_LIKELY_P`) or
+        ``turn_statement_silence_ms`` of silence. Ignored when that revision is no longer the one
         waiting for its endpoint, and without an end-of-turn model (silence alone ends turns)."""
         if (
             self.turn_detector is None
@@ -465,8 +467,8 @@ class BaseVADHandler(BaseHandler):
         ):
             return
         logger.debug("turn %d: its transcript reads finished (question: %s)", stamp.turn_id, question)
-        config = self.config
-        self.endpointer.shorten(config.turn_question_silence_ms if question else config.turn_statement_silence_ms)
+        config, likely = self.config, question or (self._turn_probability or 0.0) >= STATEMENT_LIKELY_P
+        self.endpointer.shorten(config.turn_question_silence_ms if likely else config.turn_statement_silence_ms)
 
     def _speculate(self, speculation: Speculation) -> Iterator[SpeechSegment]:
         if self.speculation is None:

@@ -94,7 +94,12 @@ def run_conversation(tmp: Path, *flags: str) -> dict[str, Any]:
     """The two LibriVox statements through the whole pipeline in file mode; its events and LLM stage."""
     if len(librivox_clips()) < 2:
         pytest.skip("needs two LibriVox clips: apt-get install pocketsphinx-testdata")
-    args = parse_args(["--input_audio", str(two_turns(tmp)), "--output_audio", str(tmp / "out.wav"), *flags])
+    return run_file(two_turns(tmp), tmp, *flags)
+
+
+def run_file(path: Path, tmp: Path, *flags: str) -> dict[str, Any]:
+    """The speech of ``path`` through the whole pipeline in file mode; its events and LLM stage."""
+    args = parse_args(["--input_audio", str(path), "--output_audio", str(tmp / "out.wav"), *flags])
     bus = EventBus()
     events: list[Event] = []
     bus.subscribe(events.append)
@@ -109,11 +114,16 @@ def conversation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_conversation(tmp_path_factory.mktemp("conversation"), "--llm_model", "qwen2.5-coder-0.5b")
 
 
+def needs_1_5b() -> None:
+    """Skip unless the embedded Qwen2.5-Coder-1.5B is installed."""
+    if not all(importlib.util.find_spec(part) for part in EMBEDDED_MODELS["qwen2.5-coder-1.5b"].parts):
+        pytest.skip("the Qwen2.5-Coder-1.5B parts are not installed")
+
+
 @pytest.fixture(scope="module")
 def conversation_1_5b(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The embedded Qwen2.5-Coder-1.5B as the LLM (the default)."""
-    if not all(importlib.util.find_spec(part) for part in EMBEDDED_MODELS["qwen2.5-coder-1.5b"].parts):
-        pytest.skip("the Qwen2.5-Coder-1.5B parts are not installed")
+    needs_1_5b()
     return run_conversation(tmp_path_factory.mktemp("conversation-1-5b"), "--llm_model", "qwen2.5-coder-1.5b")
 
 
@@ -205,20 +215,14 @@ LISTENING = re.compile(r"\b(go ahead|listening)\b", re.IGNORECASE)
 @pytest.fixture(scope="module")
 def announced(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
     """NEWS, then ANNOUNCEMENT, spoken by the embedded Piper voice, through the pipeline with the 1.5B."""
-    if not all(importlib.util.find_spec(part) for part in EMBEDDED_MODELS["qwen2.5-coder-1.5b"].parts):
-        pytest.skip("the Qwen2.5-Coder-1.5B parts are not installed")
+    needs_1_5b()
     from speech_to_speech.testing.turns import silence, synthesize
 
     tmp = tmp_path_factory.mktemp("announced")
     path = tmp / "announced.wav"
     audio = [silence(0.5), synthesize(NEWS), silence(GAP_S), synthesize(ANNOUNCEMENT), silence(2.0)]
     sf.write(str(path), np.concatenate(audio), 16_000)
-    args = parse_args(["--input_audio", str(path), "--output_audio", str(tmp / "out.wav")])
-    bus = EventBus()
-    events: list[Event] = []
-    bus.subscribe(events.append)
-    run_local(args, bus)
-    return turns({"events": events})
+    return turns(run_file(path, tmp))
 
 
 def test_news_gets_a_reaction_and_only_an_announcement_gets_listening(announced: list[tuple[str, str]]) -> None:

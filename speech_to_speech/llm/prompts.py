@@ -96,10 +96,10 @@ _TEXT_LEAD = (
 #: remember your name.") 13/16 with the rest. The last rule's first wording ("When they are about
 #: to read, say or show you something, only say you are listening ("Go ahead.")") matched any
 #: news: "My sister just moved to Lisbon.", "I think I'll go for a walk later." -> "Go ahead." (the
-#: spoken latency set, 2026-12-07). Narrowed
-#: to an announcement of a reading, without a phrase to copy (quoting "I'm listening." made it the
-#: reply to half the news again): typed replay of the benchmark's 68 turns without tools as heard,
-#: 58 right and 9 echoes against 55 and 13; voice tool prompts unchanged at 15/16.
+#: spoken latency set, 2026-12-07). Narrowed to an announcement of a reading, without a phrase to
+#: copy (quoting "I'm listening." made it the reply to half the news again): typed replay of the
+#: benchmark's 68 turns without tools as heard, 58 right and 9 echoes against 55 and 13; voice
+#: tool prompts unchanged at 15/16.
 _VOICE_RULES = (
     'Start with the answer itself, in one to four words, as a sentence of its own ("Jupiter.", "Oh, '
     'nice!"); then add at most one short sentence, unless asked for more.',

@@ -293,7 +293,7 @@ _HELP = {
     "turn_threshold": "smart_turn: P(turn complete) at or above which the turn ends at once",
     "turn_max_silence_ms": "smart_turn: silence that ends a turn the model judged unfinished, ms",
     "turn_question_silence_ms": "smart_turn: silence that ends an unfinished turn whose transcript is a question "
-    "(or a finished statement the model scored >= 0.4), ms",
+    "(or a finished statement the model nearly judged done), ms",
     "turn_statement_silence_ms": "smart_turn: the same for a finished statement (not ending in a number, 'and', ...)",
     "resume_within_ms": (
         "user speech pauses the reply being spoken; a backchannel or false start judged within this time "

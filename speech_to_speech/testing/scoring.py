@@ -326,6 +326,7 @@ def score_turn(
             the turn is wrong whatever the reply says.
     """
     calls = calls or []
+    plain = reply.replace("’", "'")  # typographic apostrophes as the patterns write them
     verdict = Verdict(False, echo=echo_score(heard, reply), echoed=is_echo(heard, reply), words=word_count(reply))
     if verdict.echoed:
         verdict.flags.append(f"echo {verdict.echo:.2f}")
@@ -337,9 +338,9 @@ def score_turn(
         verdict.why = "" if has_fact(reply, turn.facts) else f"missing fact ({' / '.join(turn.facts)})"
     elif turn.kind in REACTION_KINDS and verdict.echoed:
         verdict.why = f"echo ({verdict.echo:.2f} of the user's content words)"
-    elif turn.kind in REACTION_KINDS and REFUSAL.search(reply.replace("’", "'")):
+    elif turn.kind in REACTION_KINDS and REFUSAL.search(plain):
         verdict.why = "refusal"
-    elif turn.kind in REACTION_KINDS and BARE_YES_NO.match(reply.replace("’", "'").strip()):
+    elif turn.kind in REACTION_KINDS and BARE_YES_NO.match(plain.strip()):
         verdict.why = "a bare yes or no"
     elif turn.kind == "shorter":
         verdict.why = "" if is_shorter(previous, reply) else f"not shorter ({verdict.words} vs {word_count(previous)})"

@@ -24,7 +24,7 @@ from speech_to_speech.core.messages import (
     Transcript,
     TTSInput,
 )
-from speech_to_speech.llm.api import ProviderTimeout
+from speech_to_speech.llm.api import ProviderTimeout, TextDelta, Usage
 from speech_to_speech.llm.chat import Chat
 from speech_to_speech.llm.stage import FAILURE_FALLBACK, TIMEOUT_APOLOGY, BaseLLMHandler
 from speech_to_speech.speech.text import is_speakable
@@ -97,6 +97,19 @@ def test_batches_after_the_second_chunk() -> None:
     out = ask(llm, "hi")
     check_response(out)
     assert texts(out) == ["Hello there.", "How can I help?", "Ask away. I am here.", "Go on."]
+
+
+@pytest.mark.parametrize("at_limit", [True, False])
+def test_a_spoken_reply_cut_at_its_token_cap_ends_at_its_last_whole_sentence(at_limit: bool) -> None:
+    pieces = ["The moon", " orbits Earth.", " It is", " covered in", " craters.", " Its light", " is reflected by"]
+    llm = fakes.make_provider_llm([*(TextDelta(p) for p in pieces), Usage(900, 96, at_token_limit=at_limit)])
+    out = list(llm.process(Transcript(llm.gate.new_turn_stamp(), "Tell me about the moon.")))
+    end = check_response(out)
+    whole = "".join(pieces)
+    said = "The moon orbits Earth. It is covered in craters." if at_limit else whole
+    assert " ".join(texts(out)) == said
+    assert end.text == said
+    assert replies(llm) == [said]
 
 
 def test_markdown_and_emoji_filtered_and_punctuation_only_batches_skipped() -> None:

@@ -121,6 +121,19 @@ def test_llama_cpp_answers_a_simple_question_briefly(llama: Any) -> None:
     assert len(out[-1].text.split()) <= 40
 
 
+def test_llama_cpp_reply_cut_at_max_new_tokens_ends_at_a_whole_sentence(llama: Any) -> None:
+    """48 tokens cannot hold the 1.5B's account of the moon: what is spoken, and kept in history,
+    ends at the last whole sentence instead of mid-sentence."""
+    llama.chat.reset()
+    out = list(llama.process(ask(llama, "Tell me everything you know about the moon.")))
+    end = out[-1]
+    assert isinstance(end, EndOfResponse) and end.error is None
+    assert end.usage["output_tokens"] >= 40, end  # it did run to the cap
+    spoken = " ".join(m.text for m in out if isinstance(m, TTSInput))
+    assert spoken == end.text and end.text.rstrip()[-1] in ".!?", end.text
+    assert llama.chat.items()[-1]["content"] == end.text
+
+
 def test_llama_cpp_model_file_is_verified(llama: Any) -> None:
     import hashlib
 

@@ -390,6 +390,23 @@ def test_incomplete_response_keeps_text_and_usage(server: ResponsesServer) -> No
     assert end.usage == {"input_tokens": 40, "output_tokens": 96}
 
 
+@pytest.mark.parametrize("cls", [ResponsesAPIHandler, ChatCompletionsHandler])
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_reply_cut_at_max_output_tokens_ends_at_its_last_whole_sentence(
+    server: ResponsesServer, cls: type[OpenAICompatibleHandler], stream: bool
+) -> None:
+    """The provider stopped at the cap (Responses: incomplete, max_output_tokens; Chat Completions:
+    finish_reason "length"): the unfinished sentence is neither spoken nor kept in history."""
+    chunks = ["It was a dark", " and stormy night.", " The wind", " howled.", " Then the", " door"]
+    server.script(Reply([Text(chunks)], terminal="response.incomplete", usage=(40, 96)))
+    handler = make_handler(cls, server.base_url, responses_api_stream=stream)
+    out = ask(handler)
+    end = check_response(out)
+    assert " ".join(spoken(out)) == "It was a dark and stormy night. The wind howled."
+    assert end.text == "It was a dark and stormy night. The wind howled."
+    assert handler.chat.items()[-1]["content"] == end.text
+
+
 @pytest.mark.parametrize(
     "reply",
     [

@@ -145,6 +145,20 @@ def test_flush_twice_yields_nothing_more() -> None:
     assert list(streamer.flush()) == []
 
 
+def test_drop_unfinished_discards_only_an_unfinished_tail_after_released_text() -> None:
+    streamer = SentenceStreamer(batch_sentences=2)
+    pieces = ["The moon orbits Earth.", " It has craters.", " It has no air.", " Its light is"]
+    assert [c for piece in pieces for c in streamer.push(piece)] == ["The moon orbits Earth.", "It has craters."]
+    assert streamer.drop_unfinished() == "Its light is"
+    assert list(streamer.flush()) == ["It has no air."]  # the batched whole sentence still goes
+    # a finished tail, and a reply that is all tail, are kept
+    for pieces in (["Hi there.", " Bye now."], ["It was a dark and stormy"]):
+        streamer = SentenceStreamer()
+        out = [c for piece in pieces for c in streamer.push(piece)]
+        assert streamer.drop_unfinished() == ""
+        assert " ".join(out + list(streamer.flush())) == "".join(pieces)
+
+
 def test_refuses_zero_batch() -> None:
     with pytest.raises(ValueError):
         SentenceStreamer(0)

@@ -285,6 +285,7 @@ class LlamaEngine:
         should_stop: Callable[[], bool],
         on_start: Callable[[PromptStats], None],
         processors: Sequence[Callable[[Any, Any], Any]] = (),
+        on_finish: Callable[[str], None] | None = None,
     ) -> Iterator[str]:
         """Yield text pieces of the completion of ``tokens``; stop once ``should_stop()``.
 
@@ -294,6 +295,7 @@ class LlamaEngine:
         past its first-token time-out, never takes the engine). ``processors``: logits processors
         (``(input_ids, scores) -> scores``), applied in order, e.g. the echo guard
         (:meth:`echo_guard`) and a :class:`~handlers.llm.call_threshold.CallThreshold`.
+        ``on_finish`` receives llama.cpp's finish reason ("stop", or "length" at ``max_tokens``).
         """
         logits_processor = LogitsProcessorList(list(processors)) if processors else None
         with self._waiting_lock:
@@ -322,7 +324,10 @@ class LlamaEngine:
                 for chunk in chunks:
                     if should_stop():
                         return
-                    text = chunk["choices"][0]["text"]
+                    choice = chunk["choices"][0]
+                    if choice.get("finish_reason") and on_finish is not None:
+                        on_finish(choice["finish_reason"])
+                    text = choice["text"]
                     if text:
                         yield text
                     self.fit_threads()  # each step evaluates the next token: on the cores free now
@@ -512,8 +517,9 @@ class LlamaCppLLMHandler(LocalLLMHandler):
         if tools and request.tool_choice == "auto" and self.call_threshold and messages[-1].get("role") == "user":
             threshold = CallThreshold(len(tokens), self.engine.call_openers, self.call_threshold)
             processors.append(threshold)
+        finish: list[str] = []  # the last stream's finish reason
         pieces = self.engine.stream(
-            tokens, request.max_output_tokens, request.temperature, should_stop, on_start, processors
+            tokens, request.max_output_tokens, request.temperature, should_stop, on_start, processors, finish.append
         )
         reply: list[str] = []
         if not tools:
@@ -556,7 +562,13 @@ class LlamaCppLLMHandler(LocalLLMHandler):
                     BanCalls(len(tokens), self.engine.call_openers)
                 ]
                 for text in self.engine.stream(
-                    tokens, request.max_output_tokens, request.temperature, should_stop, lambda _stats: None, again
+                    tokens,
+                    request.max_output_tokens,
+                    request.temperature,
+                    should_stop,
+                    lambda _stats: None,
+                    again,
+                    finish.append,
                 ):
                     reply.append(text)
                     yield from self._tool_events(extractor.feed(text), request.tools)
@@ -571,4 +583,4 @@ class LlamaCppLLMHandler(LocalLLMHandler):
                 threshold.forced,
             )
         completion = self.engine.llm.tokenize("".join(reply).encode("utf-8"), add_bos=False) if reply else []
-        yield Usage(len(tokens), len(completion))
+        yield Usage(len(tokens), len(completion), at_token_limit=finish[-1:] == ["length"])

@@ -212,7 +212,7 @@ class ResponsesAPIHandler(OpenAICompatibleHandler):
                     logger.warning("response incomplete: %s", getattr(event.response, "incomplete_details", ""))
                 usage = getattr(event.response, "usage", None)
                 if usage is not None:
-                    yield Usage(usage.input_tokens or 0, usage.output_tokens or 0)
+                    yield Usage(usage.input_tokens or 0, usage.output_tokens or 0, _hit_max_output(event.response))
             elif kind in ("response.failed", "error"):
                 detail = getattr(getattr(event, "response", None), "error", None) or getattr(event, "message", "")
                 raise RuntimeError(f"provider reported {kind}: {detail}")
@@ -230,7 +230,14 @@ class ResponsesAPIHandler(OpenAICompatibleHandler):
                 yield ToolCall(new_call_id(), item.name, item.arguments or "{}")
         yield AssistantMessage("".join(texts))
         if response.usage is not None:
-            yield Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0)
+            usage = response.usage
+            yield Usage(usage.input_tokens or 0, usage.output_tokens or 0, _hit_max_output(response))
+
+
+def _hit_max_output(response: Any) -> bool:
+    """Whether a Responses API response stopped at ``max_output_tokens`` (status "incomplete")."""
+    details = getattr(response, "incomplete_details", None)
+    return getattr(details, "reason", None) == "max_output_tokens"
 
 
 class ChatCompletionsHandler(OpenAICompatibleHandler):
@@ -253,10 +260,12 @@ class ChatCompletionsHandler(OpenAICompatibleHandler):
     def _iter_stream_events(self, stream: Any) -> Iterator[ProviderEvent]:
         calls: dict[int, dict[str, str]] = {}
         usage = None
+        finish_reason = None
         for chunk in stream:
             if getattr(chunk, "usage", None) is not None:
                 usage = chunk.usage
             for choice in chunk.choices or []:
+                finish_reason = getattr(choice, "finish_reason", None) or finish_reason
                 delta = choice.delta
                 if delta is None:
                     continue
@@ -274,7 +283,7 @@ class ChatCompletionsHandler(OpenAICompatibleHandler):
             if calls[index]["name"]:
                 yield ToolCall(new_call_id(), calls[index]["name"], calls[index]["arguments"] or "{}")
         if usage is not None:
-            yield Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
+            yield Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, finish_reason == "length")
 
     def _iter_response_events(self, response: Any) -> Iterator[ProviderEvent]:
         if not response.choices:
@@ -287,4 +296,5 @@ class ChatCompletionsHandler(OpenAICompatibleHandler):
             yield ToolCall(new_call_id(), call.function.name, call.function.arguments or "{}")
         yield AssistantMessage(text)
         if response.usage is not None:
-            yield Usage(response.usage.prompt_tokens or 0, response.usage.completion_tokens or 0)
+            cut = response.choices[0].finish_reason == "length"
+            yield Usage(response.usage.prompt_tokens or 0, response.usage.completion_tokens or 0, cut)

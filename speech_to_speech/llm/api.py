@@ -44,10 +44,16 @@ class ToolCall:
 
 @dataclass
 class Usage:
-    """Token counts of one response."""
+    """Token counts of one response, and whether it stopped at its token cap.
+
+    ``at_token_limit``: generation stopped at ``max_output_tokens`` (Chat Completions'
+    ``finish_reason`` "length", the Responses API's incomplete reason "max_output_tokens",
+    llama.cpp's "length"), so the text may end mid-sentence.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    at_token_limit: bool = False
 
 
 ProviderEvent = TextDelta | AssistantMessage | ToolCall | Usage

@@ -53,6 +53,8 @@ class LocalLLMHandler(BaseLLMHandler):
             yield from self._tool_events(extractor.flush(), tools)
         usage = self.count_usage(messages, "".join(reply))
         if usage is not None:
+            # these engines report no finish reason: a reply as long as the cap stopped there
+            usage.at_token_limit = usage.output_tokens >= request.max_output_tokens
             yield usage
 
     def count_usage(self, messages: list[dict[str, Any]], reply: str) -> Usage | None:

@@ -414,11 +414,24 @@ class BaseLLMHandler(FollowUpAhead, BaseHandler):
                             return
                         yield from self._speak(st, batch)
             if not self._stale(st.stamp):
+                if st.usage is not None and st.usage.at_token_limit and isinstance(streamer, SentenceStreamer):
+                    self._drop_unfinished(st, streamer)
                 yield from self._flush_sentences(st, streamer)
         finally:
             close = getattr(events, "close", None)
             if close is not None:
                 close()
+
+    def _drop_unfinished(self, st: _ResponseState, streamer: SentenceStreamer) -> None:
+        """A spoken reply cut at ``max_new_tokens`` ends at its last whole sentence: the unfinished
+        one is neither spoken nor kept in history (see :meth:`SentenceStreamer.drop_unfinished`)."""
+        dropped = streamer.drop_unfinished()
+        if not dropped:
+            return
+        text = (st.final_text if st.final_text is not None else "".join(st.deltas)).rstrip()
+        if text.endswith(dropped):
+            st.final_text = text[: -len(dropped)].rstrip()
+        logger.info("%s: turn %d hit max_new_tokens; unfinished %r not spoken", self.name, st.stamp.turn_id, dropped)
 
     def _flush_sentences(self, st: _ResponseState, streamer: SentenceStreamer | WordStreamer) -> Iterator[Any]:
         for batch in streamer.flush():

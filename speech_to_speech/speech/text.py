@@ -430,6 +430,7 @@ class SentenceStreamer:
         self._released = 0  # chunks released so far
         self._first_words = 0  # words of the first chunk
         self._mid_sentence = False  # the buffer starts inside a sentence (after a first chunk cut early)
+        self._ended_sentence = False  # a whole sentence was released or batched
 
     def push(self, delta: str) -> Iterator[str]:
         """Add ``delta``; yield chunks: the first clause or sentence, then sentence batches."""
@@ -476,6 +477,7 @@ class SentenceStreamer:
     def _add(self, sentence: str, alone: bool = False) -> Iterator[str]:
         if not self._released and not self._batch:
             self._first_words = len(sentence.split())
+        self._ended_sentence = self._ended_sentence or bool(_SENTENCE_END.search(sentence))
         self._batch.append(sentence)
         if alone or self._released < 2 or len(self._batch) >= self.batch_sentences:
             self._released += 1
@@ -488,6 +490,16 @@ class SentenceStreamer:
         whole sentence, which otherwise waits for the next text to be released."""
         if _SENTENCE_END.search(self._buffer):
             yield from self.flush()
+
+    def drop_unfinished(self) -> str:
+        """Discard the buffered tail when it does not end a sentence and a whole sentence came
+        before it (a reply cut at its token cap: "... which is illuminated by" is not spoken);
+        return what was discarded ("" if nothing). A reply of one unfinished sentence keeps it."""
+        tail = self._buffer.strip()
+        if not tail or _SENTENCE_END.search(tail) or not self._ended_sentence:
+            return ""
+        self._buffer, self._mid_sentence = "", False
+        return tail
 
     def flush(self) -> Iterator[str]:
         """Yield whatever is pending: the batch so far plus the buffered tail."""

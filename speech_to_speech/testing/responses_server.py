@@ -262,7 +262,7 @@ class _Handler(BaseHTTPRequestHandler):
         then each call's name and its arguments, then the finish reason and, when asked, the usage)."""
         texts = [chunk for item in reply.output if isinstance(item, Text) for chunk in item.chunks]
         calls = [item for item in reply.output if isinstance(item, Call)]
-        finish = "tool_calls" if calls else "stop"
+        finish = "tool_calls" if calls else "length" if reply.terminal == "response.incomplete" else "stop"
         base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": body.get("model")}
         prompt, completion = reply.usage or (0, 0)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -185,6 +185,9 @@ LONG = "The Moon is Earth's only natural satellite. It orbits us every 27 days a
 def test_shorter_needs_fewer_words_than_the_previous_reply() -> None:
     shorter = Turn("shorter", "Shorter, please.")
     assert scoring.is_shorter(LONG, "The Moon orbits Earth.")
+    # the same reply less its last words, and a shorter refusal, are not what was asked for
+    assert not scoring.is_shorter(LONG, "The Moon is Earth's only natural satellite. It orbits us every 27 days.")
+    assert not scoring.is_shorter(LONG, "I'm sorry, but I can't assist with that.")
     assert scoring.score_turn(shorter, "Shorter please.", "The Moon orbits Earth.", previous=LONG).right
     same = scoring.score_turn(shorter, "Shorter please.", LONG, previous=LONG)
     words = scoring.word_count(LONG)

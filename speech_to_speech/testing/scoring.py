@@ -12,7 +12,8 @@ turn has a ``kind``, which decides how its reply is scored by :func:`score_turn`
   assist with that" is no reaction to "my sister is getting married") and not a bare yes or no
   (:data:`BARE_YES_NO`: "Yes, it is." answers a question nobody asked; it is no reaction to "He
   might even have been made amiable himself.");
-- ``shorter`` ("shorter please"): fewer words than the previous reply (:func:`is_shorter`);
+- ``shorter`` ("shorter please"): at most :data:`SHORTER_MAX_SHARE` of the previous reply's words,
+  on its subject (:func:`is_shorter`);
 - ``repeat`` ("say that again"): most of the previous reply's content words again
   (:func:`repeat_overlap` at least :data:`REPEAT_MIN`);
 - ``tool``: a call of the expected tool with matching arguments (:func:`call_matches`), and one
@@ -64,6 +65,13 @@ BARE_YES_NO = re.compile(
     r"(?:is|was|are|were|am|do|does|did|has|have|had|can|could|will|would)(?:n't|\s+not)?)?\W*$",
     re.IGNORECASE,
 )
+#: a reply to "shorter, please" has at most this share of the previous reply's words: the 1.5B
+#: answered 67 words with 57 and 56 with 55 (the same reply less its last clause), which a listener
+#: does not hear as shorter
+SHORTER_MAX_SHARE = 2 / 3
+#: ... and at least this share of its content words: "I'm sorry, but I can't assist with that."
+#: is shorter, and no answer
+SHORTER_MIN_OVERLAP = 0.15
 #: kinds that need a reaction (a comment or a question), not a repeat
 REACTION_KINDS = ("statement", "smalltalk")
 #: every kind and its category in the report
@@ -266,8 +274,13 @@ def repeat_overlap(previous: str, reply: str) -> float:
 
 
 def is_shorter(previous: str, reply: str) -> bool:
-    """True when ``reply`` is not empty and has fewer words than ``previous``."""
-    return 0 < word_count(reply) < word_count(previous)
+    """True when ``reply`` has words, at most :data:`SHORTER_MAX_SHARE` as many as ``previous``,
+    and keeps at least :data:`SHORTER_MIN_OVERLAP` of its content words (:func:`repeat_overlap`):
+    the same answer, clearly shorter; not a refusal, and not the same reply less a sentence."""
+    words = word_count(reply)
+    return 0 < words <= SHORTER_MAX_SHARE * word_count(previous) and (
+        repeat_overlap(previous, reply) >= SHORTER_MIN_OVERLAP
+    )
 
 
 def call_matches(name: str, arguments: dict[str, Any], expected: tuple[str, tuple[Any, ...]]) -> bool:

@@ -9,6 +9,7 @@ with a stand-in for the model.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Iterator
@@ -197,6 +198,7 @@ class _FakeLlama:
 def test_llama_engine_gives_up_waiting_for_its_lock_when_stopped() -> None:
     engine = LlamaEngine.__new__(LlamaEngine)  # no model: only the lock matters here
     engine.lock = threading.Lock()
+    engine._evaluator = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     engine._waiting, engine._waiting_lock = 0, threading.Lock()  # replies waiting for the lock
     engine.llm = _FakeLlama()
     engine.n_threads = engine._threads_now = 1  # one thread: fit_threads never changes it

@@ -134,6 +134,30 @@ def test_llama_cpp_reply_cut_at_max_new_tokens_ends_at_a_whole_sentence(llama: A
     assert llama.chat.items()[-1]["content"] == end.text
 
 
+def test_llama_cpp_evaluates_on_one_thread_whoever_asks(llama: Any) -> None:
+    """A reply (read on its provider thread) and a prefill asked for from another thread both
+    evaluate on the engine's own thread: a second thread's evaluations ran at half speed."""
+    engine = llama.engine
+    threads: set[int] = set()
+    evaluate = engine.llm.eval
+
+    def recording_eval(tokens: Any) -> None:
+        threads.add(threading.get_ident())
+        evaluate(tokens)
+
+    engine.llm.eval = recording_eval
+    try:
+        llama.chat.reset()
+        out = list(llama.process(ask(llama, "What is the capital of Italy?")))
+        assert "rome" in out[-1].text.lower(), out[-1].text
+        other = threading.Thread(target=engine.prefill, args=("Hello there, this is another thread.",))
+        other.start()
+        other.join()
+    finally:
+        del engine.llm.eval  # the class's method again
+    assert len(threads) == 1 and threading.get_ident() not in threads and other.ident not in threads
+
+
 def test_llama_cpp_model_file_is_verified(llama: Any) -> None:
     import hashlib
 

@@ -103,6 +103,11 @@ class _ResponseState:
     after_tool_output: bool = False  # the request answers tool results
     held: HiddenResponse | None = None  # a follow-up generated ahead: what it holds until claimed
 
+    @property
+    def text(self) -> str:
+        """The reply's text so far: the provider's whole message if it sent one, else the deltas."""
+        return self.final_text if self.final_text is not None else "".join(self.deltas)
+
 
 class BaseLLMHandler(FollowUpAhead, BaseHandler):
     """Consumes :class:`Transcript`; emits :class:`TTSInput` / :class:`TextOutput` /
@@ -428,7 +433,7 @@ class BaseLLMHandler(FollowUpAhead, BaseHandler):
         dropped = streamer.drop_unfinished()
         if not dropped:
             return
-        text = (st.final_text if st.final_text is not None else "".join(st.deltas)).rstrip()
+        text = st.text.rstrip()
         if text.endswith(dropped):
             st.final_text = text[: -len(dropped)].rstrip()
         logger.info("%s: turn %d hit max_new_tokens; unfinished %r not spoken", self.name, st.stamp.turn_id, dropped)
@@ -482,7 +487,7 @@ class BaseLLMHandler(FollowUpAhead, BaseHandler):
                 self.chat.commit_provisional_call(*entry)
 
     def _finish(self, st: _ResponseState, sent: bool, txn: ResponsePrefetchTransaction | None = None) -> Iterator[Any]:
-        text = (st.final_text if st.final_text is not None else "".join(st.deltas)).strip()
+        text = st.text.strip()
         stale = st.cancelled or self._stale(st.stamp)
         if not stale and st.error is None and sent and st.wants_audio and not st.spoken and not st.tool_calls:
             # nothing to hear (no text, or only markdown and emoji): the listener gets the fallback, not silence

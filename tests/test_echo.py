@@ -137,6 +137,41 @@ def test_the_users_speech_does_not_teach_the_gate_the_echo_is_loud() -> None:
     assert gate.coupling == quiet
 
 
+def test_the_rooms_noise_is_not_learned_as_echo() -> None:
+    """Music in the room 20 dB under the voice, the echo cancelled: speech 10 dB over the music is
+    heard over the voice; the echo of a voice with no canceller over the same music is not."""
+    reference, now = PlaybackReference(), 60.0
+    gate = EchoGate(reference)
+    music = 0.1 * 10 ** (-20 / 20)
+    feed(gate, [noise(music) for _ in range(60)], start=now - 2.0, probability=0.1)  # before the reply
+    assert gate.room_power == pytest.approx(music**2, rel=0.3)
+    voice(reference, 6.0, 0.1, start=now)
+    # the music goes on under the voice; the canceller leaves nothing of the voice above it
+    feed(gate, [noise(music) for _ in range(LEARN_MIN_CHUNKS + 30)], start=now + 0.25, probability=0.1)
+    assert gate.coupling < 0.03, gate.coupling  # under -30 dB, not the music's -20 dB
+    user = [noise(music) + noise(music * 10 ** (10 / 20)) for _ in range(5)]  # 10 dB over the music
+    assert feed(gate, user, start=now + 2.5) == [0.9] * 5
+    # the same room with no canceller: the echo at -9 dB of the voice is still set aside
+    uncancelled = EchoGate(reference)
+    feed(uncancelled, [noise(music) for _ in range(60)], start=now - 2.0, probability=0.1)
+    echo = [noise(music) + noise(0.1 * 0.35) for _ in range(62)]
+    assert set(feed(uncancelled, echo, start=now + 0.25)) == {0.0}
+
+
+def test_a_room_that_talks_keeps_its_level_in() -> None:
+    """Other people talking (the VAD scores the room as speech): their level is not taken out, so
+    the gate's bar goes on holding them back under the voice."""
+    reference, now = PlaybackReference(), 70.0
+    gate = EchoGate(reference)
+    talk = 0.1 * 10 ** (-20 / 20)
+    feed(gate, [noise(talk) for _ in range(60)], start=now - 2.0, probability=0.9)
+    assert gate.room_power == 0.0
+    voice(reference, 6.0, 0.1, start=now)
+    feed(gate, [noise(talk) for _ in range(LEARN_MIN_CHUNKS + 30)], start=now + 0.25, probability=0.9)
+    assert gate.coupling > 0.05, gate.coupling  # the talk under the voice is the bar
+    assert feed(gate, [noise(talk)], start=now + 2.5) == [0.0]
+
+
 def test_the_vad_asks_the_gate_about_every_chunk() -> None:
     reference, now = PlaybackReference(), time.monotonic()
     voice(reference, 3.0, 1.0, start=now - 1.0)

@@ -16,7 +16,12 @@ chunk arrived: the chunk counts as speech only if its level is above the echo's,
 ``coupling`` × that voice level by ``margin_db``; otherwise its speech probability is 0. The
 coupling (how loud the echo comes back) is measured on the input itself (:attr:`EchoGate.coupling`).
 With a working echo canceller it is tiny and the gate lets everything through; without one, the
-user has to be louder than the voice's echo, as in a room.
+user has to be louder than the voice's echo, as in a room. The room's own noise (a fan, music)
+is no echo: its level, heard while the voice is silent (:attr:`EchoGate.room_power`), is taken
+out of each chunk before it is compared or measured, or the gate would learn the noise as a loud
+echo and set aside a user who speaks over the voice no louder than the noise plus the margin. A
+room that talks (other people, a television) keeps its level in: the gate's bar then holds that
+talk back under the voice.
 
 Measured offline on calls recorded in ``benchmark_echo.py``'s room (the frames each call sent and
 received, 90 s each, replayed through Silero VAD with and without the gate):
@@ -33,6 +38,7 @@ the words the voice just played is its echo, and the reply resumes.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 
@@ -64,6 +70,20 @@ LEARN_KEPT_CHUNKS = 250
 COUPLING_PERCENTILE = 90.0
 #: input quieter than this counts as this (a fully cancelled echo still has a finite ratio)
 FLOOR_RMS = 10 ** (-90 / 20)
+#: chunks of the room heard with no voice within :data:`MAX_DELAY_S` (and outside speech) kept to
+#: know the room's own level (the last 5 s of them)
+ROOM_KEPT_CHUNKS = 156
+#: the percentile of those chunks' power that is the room's level, taken out of every chunk heard
+#: with the voice playing: the loud end of a fan, music or a television, which the voice cannot
+#: explain and which, left in, was measured as echo. In the room of ``scripts/benchmark_room.py``
+#: (music at 10 dB under the user, the canceller on) it held the bar at -11 to -4 dB of the voice,
+#: over the user's sentences at -12 to -22 dB; in a quiet room the bar fell to -24 to -42 dB
+ROOM_PERCENTILE = 90.0
+#: a room chunk the VAD scored this high is talk (Silero's default threshold). A room where at
+#: least half its chunks are talk (other people, a television: babble scores 94 %) keeps its level
+#: in: under the voice, the gate holding that talk back kept stories from stopping for it (the
+#: same room with babble at 10 dB: 3 of 4 stories stopped with it taken out, 1 of 10 kept in)
+ROOM_TALK_SCORE = 0.5
 
 
 class EchoGate:
@@ -81,12 +101,17 @@ class EchoGate:
         self.margin = 10 ** (margin_db / 20)
         self._ratios = np.zeros(LEARN_KEPT_CHUNKS, dtype=np.float64)  # a ring: the last ones measured
         self._measured = 0  # ratios written so far (the ring holds the last LEARN_KEPT_CHUNKS)
+        #: power (mean square) of the last chunks heard with no voice playing (the room), and
+        #: whether the VAD scored each as talk
+        self._room: collections.deque[tuple[float, bool]] = collections.deque(maxlen=ROOM_KEPT_CHUNKS)
+        self._room_power: float | None = 0.0  # its percentile; None: to be computed again
         #: chunks with a speech score that were set aside as echo, so far
         self.rejected = 0
 
     @property
     def coupling(self) -> float:
-        """How loud the echo comes back: input RMS over the voice's RMS, a ratio (not dB).
+        """How loud the echo comes back: input RMS (less the room's, :attr:`room_power`) over the
+        voice's RMS, a ratio (not dB).
 
         The :data:`COUPLING_PERCENTILE` of the ratios of the last :data:`LEARN_KEPT_CHUNKS`
         chunks heard with the voice playing, outside the user's utterances (silence included: with
@@ -102,6 +127,18 @@ class EchoGate:
         ratios = np.partition(self._ratios[:count], (low, high))
         return float(ratios[low] + (ratios[high] - ratios[low]) * (position - low))
 
+    @property
+    def room_power(self) -> float:
+        """The room's own noise without the voice, as power (mean square): the
+        :data:`ROOM_PERCENTILE` of the last :data:`ROOM_KEPT_CHUNKS` chunks heard outside speech with
+        no voice played within :data:`MAX_DELAY_S`, of those not scored as talk; 0 before any was
+        heard, and while at least half of them are talk (:data:`ROOM_TALK_SCORE`)."""
+        if self._room_power is None:
+            quiet = [power for power, talk in self._room if not talk]
+            talking = len(quiet) * 2 <= len(self._room)
+            self._room_power = 0.0 if talking else float(np.percentile(quiet, ROOM_PERCENTILE))
+        return self._room_power
+
     def filter(self, chunk: np.ndarray, arrived: float, probability: float, in_speech: bool = False) -> float:
         """The speech probability of ``chunk`` with the echo set aside.
 
@@ -115,12 +152,18 @@ class EchoGate:
 
         Returns:
             ``probability``; 0.0 when the voice played within :data:`MAX_DELAY_S` before
-            ``arrived`` and the chunk is not louder than its echo by the margin.
+            ``arrived`` and the chunk, less the room's own level (:attr:`room_power`), is not
+            louder than its echo by the margin.
         """
         played = self.reference.level(arrived - MAX_DELAY_S, arrived)
+        power = rms(chunk) ** 2
         if played < SILENT_RMS:
+            if not in_speech:
+                self._room.append((power, probability >= ROOM_TALK_SCORE))
+                self._room_power = None
             return probability
-        ratio = max(rms(chunk), FLOOR_RMS) / played
+        # what the voice could explain is what the chunk has beyond the room's noise
+        ratio = max(math.sqrt(max(power - self.room_power, 0.0)), FLOOR_RMS) / played
         threshold = self.coupling * self.margin
         if not in_speech:
             self._ratios[self._measured % LEARN_KEPT_CHUNKS] = ratio

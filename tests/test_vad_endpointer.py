@@ -327,6 +327,25 @@ def test_the_end_of_speech_is_the_last_frame_within_30_db_of_the_peak() -> None:
     assert speech_end_index(np.zeros(100, np.float32), SAMPLE_RATE) is None  # not one whole frame
 
 
+@pytest.mark.parametrize("index", range(5))
+def test_digital_silence_around_real_speech_does_not_move_its_end(index: int) -> None:
+    """A LibriVox clip padded with zeros (a file's padding, a quiet sound server) ends where the clip
+    alone does: its own background after the last word is the floor, not speech (it was 20-380 ms
+    of speech when the zeros made the floor 0)."""
+    import soundfile as sf
+
+    from speech_to_speech.core.audio import speech_end_index
+    from speech_to_speech.testing.speech_data import librivox_clips
+
+    clips = list(librivox_clips())
+    if index >= len(clips):
+        pytest.skip("pocketsphinx-testdata's LibriVox clips are not installed")
+    speech, rate = sf.read(str(clips[index]), dtype="float32")
+    alone = speech_end_index(speech, rate)
+    padded = np.concatenate([np.zeros(rate // 2, np.float32), speech, np.zeros(rate, np.float32)])
+    assert alone is not None and speech_end_index(padded, rate) == rate // 2 + alone
+
+
 def test_a_blip_that_paused_a_reply_is_dropped_after_a_short_silence() -> None:
     """A blip of the voice's echo that paused a reply gives it back after SHORT_SPEECH_DROP_MS of
     silence (5 chunks), not min_silence_ms (10 here): the reply's stutter is that much shorter."""

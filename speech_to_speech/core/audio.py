@@ -61,11 +61,24 @@ FIRST_SOUND = 1e-3
 SPEECH_FRAME_MS = 20
 SPEECH_BELOW_PEAK_DB = 30.0
 SPEECH_FLOOR_FACTOR = 2.5
+#: frames quieter than this (-90 dBFS) are digital silence, not a noise floor: a file's padding, a
+#: sound server with nothing playing. Around a recording they made the floor 0, so a LibriVox
+#: clip's own background (-43 to -48 dBFS, within 30 dB of its peak) after the last word counted as
+#: speech: padded with zeros, the five clips' speech ended 20-380 ms later than in the clips alone,
+#: and voice-to-voice and the end-of-turn delay read that much short in a quiet room (not under a
+#: fan, whose level is the floor). So the floor is taken between the leading and trailing digital
+#: silence; where every frame there is within 30 dB of the peak (speech with no background, a
+#: synthetic signal) it stays 0. Files that start with speech or their own background end where they
+#: did (the LibriVox clips); of the benchmark's Piper turns (0.3 s of zeros first) 5 of 10 end one
+#: 20 ms frame earlier, of 12 espeak-ng sentences (zeros in their pauses) 2 end 40-80 ms earlier
+DIGITAL_SILENCE_RMS = 10 ** (-90 / 20)
 
 
 def speech_end_index(samples: np.ndarray, rate: int, frame_ms: int = SPEECH_FRAME_MS) -> int | None:
     """Where the speech in ``samples`` ends: the end of the last ``frame_ms`` frame whose RMS is above
-    ``max(peak frame - 30 dB, 2.5 x noise floor)``; None when there are no whole frames.
+    ``max(peak frame - 30 dB, 2.5 x noise floor)``, the floor being the 10th percentile of the frames
+    between any leading and trailing digital silence (:data:`DIGITAL_SILENCE_RMS`); None when there
+    are no whole frames.
 
     The one definition of the end of the user's speech: the pipeline's voice-to-voice starts there
     (the VAD applies it to each utterance it endpoints) and so does every benchmark's, read from
@@ -78,7 +91,13 @@ def speech_end_index(samples: np.ndarray, rate: int, frame_ms: int = SPEECH_FRAM
         return None
     frames = np.asarray(samples[: count * frame], dtype=np.float64).reshape(count, frame)
     levels = np.sqrt((frames**2).mean(axis=1))
-    threshold = max(levels.max() * 10 ** (-SPEECH_BELOW_PEAK_DB / 20), SPEECH_FLOOR_FACTOR * np.percentile(levels, 10))
+    below_peak = levels.max() * 10 ** (-SPEECH_BELOW_PEAK_DB / 20)
+    heard = np.flatnonzero(levels > DIGITAL_SILENCE_RMS)
+    inner = levels[heard[0] : heard[-1] + 1] if len(heard) else levels
+    # digital silence around speech with no background of its own: no floor
+    no_background = len(inner) < count and not (inner <= below_peak).any()
+    floor = 0.0 if no_background else float(np.percentile(inner, 10))
+    threshold = max(below_peak, SPEECH_FLOOR_FACTOR * floor)
     loud = np.flatnonzero(levels > threshold)
     return int(loud[-1] + 1) * frame if len(loud) else None
 

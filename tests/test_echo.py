@@ -145,6 +145,9 @@ def test_the_rooms_noise_is_not_learned_as_echo() -> None:
     music = 0.1 * 10 ** (-20 / 20)
     feed(gate, [noise(music) for _ in range(60)], start=now - 2.0, probability=0.1)  # before the reply
     assert gate.room_power == pytest.approx(music**2, rel=0.3)
+    # the soft edges of the user's words (scored between noise and talk) are not the room's level
+    feed(gate, [noise(music * 10) for _ in range(10)], start=now - 0.05 - 10 * 0.032, probability=0.3)
+    assert gate.room_power == pytest.approx(music**2, rel=0.3)
     voice(reference, 6.0, 0.1, start=now)
     # the music goes on under the voice; the canceller leaves nothing of the voice above it
     feed(gate, [noise(music) for _ in range(LEARN_MIN_CHUNKS + 30)], start=now + 0.25, probability=0.1)

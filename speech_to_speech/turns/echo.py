@@ -84,6 +84,12 @@ ROOM_PERCENTILE = 90.0
 #: in: under the voice, the gate holding that talk back kept stories from stopping for it (the
 #: same room with babble at 10 dB: 3 of 4 stories stopped with it taken out, 1 of 10 kept in)
 ROOM_TALK_SCORE = 0.5
+#: a room chunk the VAD scored under this is the room's noise; the soft edges of the user's own
+#: words (between this and :data:`ROOM_TALK_SCORE`, just before speech starts and after it ends)
+#: are neither, and are left out of its level
+ROOM_NOISE_SCORE = 0.15
+#: the room's level is taken out only once this many chunks of its noise were heard (1 s)
+ROOM_MIN_CHUNKS = 31
 
 
 class EchoGate:
@@ -101,9 +107,9 @@ class EchoGate:
         self.margin = 10 ** (margin_db / 20)
         self._ratios = np.zeros(LEARN_KEPT_CHUNKS, dtype=np.float64)  # a ring: the last ones measured
         self._measured = 0  # ratios written so far (the ring holds the last LEARN_KEPT_CHUNKS)
-        #: power (mean square) of the last chunks heard with no voice playing (the room), and
-        #: whether the VAD scored each as talk
-        self._room: collections.deque[tuple[float, bool]] = collections.deque(maxlen=ROOM_KEPT_CHUNKS)
+        #: power (mean square) of the last chunks heard with no voice playing (the room), and the
+        #: VAD's score of each
+        self._room: collections.deque[tuple[float, float]] = collections.deque(maxlen=ROOM_KEPT_CHUNKS)
         self._room_power: float | None = 0.0  # its percentile; None: to be computed again
         #: chunks with a speech score that were set aside as echo, so far
         self.rejected = 0
@@ -131,12 +137,14 @@ class EchoGate:
     def room_power(self) -> float:
         """The room's own noise without the voice, as power (mean square): the
         :data:`ROOM_PERCENTILE` of the last :data:`ROOM_KEPT_CHUNKS` chunks heard outside speech with
-        no voice played within :data:`MAX_DELAY_S`, of those not scored as talk; 0 before any was
-        heard, and while at least half of them are talk (:data:`ROOM_TALK_SCORE`)."""
+        no voice played within :data:`MAX_DELAY_S`, of those the VAD scored under
+        :data:`ROOM_NOISE_SCORE`; 0 before :data:`ROOM_MIN_CHUNKS` of them were heard, and while at
+        least half of the room's chunks are talk (:data:`ROOM_TALK_SCORE`)."""
         if self._room_power is None:
-            quiet = [power for power, talk in self._room if not talk]
-            talking = len(quiet) * 2 <= len(self._room)
-            self._room_power = 0.0 if talking else float(np.percentile(quiet, ROOM_PERCENTILE))
+            noise = [power for power, score in self._room if score < ROOM_NOISE_SCORE]
+            talking = sum(score >= ROOM_TALK_SCORE for _, score in self._room) * 2 >= len(self._room)
+            known = len(noise) >= ROOM_MIN_CHUNKS
+            self._room_power = float(np.percentile(noise, ROOM_PERCENTILE)) if known and not talking else 0.0
         return self._room_power
 
     def filter(self, chunk: np.ndarray, arrived: float, probability: float, in_speech: bool = False) -> float:
@@ -159,7 +167,7 @@ class EchoGate:
         power = rms(chunk) ** 2
         if played < SILENT_RMS:
             if not in_speech:
-                self._room.append((power, probability >= ROOM_TALK_SCORE))
+                self._room.append((power, probability))
                 self._room_power = None
             return probability
         # what the voice could explain is what the chunk has beyond the room's noise

@@ -46,6 +46,7 @@ import numpy as np
 
 from speech_to_speech.core.audio import rms
 from speech_to_speech.speech.playback import PlaybackReference
+from speech_to_speech.turns.background import SPEECH_BACKGROUND_ON, SPEECH_SCORE
 
 logger = logging.getLogger(__name__)
 
@@ -79,13 +80,14 @@ ROOM_KEPT_CHUNKS = 156
 #: (music at 10 dB under the user, the canceller on) it held the bar at -11 to -4 dB of the voice,
 #: over the user's sentences at -12 to -22 dB; in a quiet room the bar fell to -24 to -42 dB
 ROOM_PERCENTILE = 90.0
-#: a room chunk the VAD scored this high is talk (Silero's default threshold). A room where at
-#: least half its chunks are talk (other people, a television: babble scores 94 %) keeps its level
-#: in: under the voice, the gate holding that talk back kept stories from stopping for it (the
-#: same room with babble at 10 dB: 3 of 4 stories stopped with it taken out, 1 of 10 kept in)
-ROOM_TALK_SCORE = 0.5
+# A room that talks (other people, a television) keeps its level in, judged as the background gate
+# judges it: at least :data:`~speech_to_speech.turns.background.SPEECH_BACKGROUND_ON` of its chunks
+# scored :data:`~speech_to_speech.turns.background.SPEECH_SCORE` or more (babble: 94 %). Under the
+# voice, the gate holding that talk back kept stories from stopping for it (the same room with
+# babble at 10 dB: 3 of 4 stories stopped with it taken out, 1 of 10 kept in)
+
 #: a room chunk the VAD scored under this is the room's noise; the soft edges of the user's own
-#: words (between this and :data:`ROOM_TALK_SCORE`, just before speech starts and after it ends)
+#: words (between this and talk, just before speech starts and after it ends)
 #: are neither, and are left out of its level
 ROOM_NOISE_SCORE = 0.15
 #: the room's level is taken out only once this many chunks of its noise were heard (1 s)
@@ -139,10 +141,12 @@ class EchoGate:
         :data:`ROOM_PERCENTILE` of the last :data:`ROOM_KEPT_CHUNKS` chunks heard outside speech with
         no voice played within :data:`MAX_DELAY_S`, of those the VAD scored under
         :data:`ROOM_NOISE_SCORE`; 0 before :data:`ROOM_MIN_CHUNKS` of them were heard, and while at
-        least half of the room's chunks are talk (:data:`ROOM_TALK_SCORE`)."""
+        least :data:`~speech_to_speech.turns.background.SPEECH_BACKGROUND_ON` of the room's chunks are
+        talk (scored :data:`~speech_to_speech.turns.background.SPEECH_SCORE` or more)."""
         if self._room_power is None:
             noise = [power for power, score in self._room if score < ROOM_NOISE_SCORE]
-            talking = sum(score >= ROOM_TALK_SCORE for _, score in self._room) * 2 >= len(self._room)
+            talk = sum(score >= SPEECH_SCORE for _, score in self._room)
+            talking = talk >= SPEECH_BACKGROUND_ON * len(self._room)
             known = len(noise) >= ROOM_MIN_CHUNKS
             self._room_power = float(np.percentile(noise, ROOM_PERCENTILE)) if known and not talking else 0.0
         return self._room_power

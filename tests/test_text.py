@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from speech_to_speech.speech.text import (
     SentenceStreamer,
-    WordStreamer,
     first_chunk_end,
     first_clause_end,
     is_speakable,
     remove_unspeakable,
     split_sentences,
 )
+from speech_to_speech.speech.words import WordStreamer
 
 # -- remove_unspeakable -----------------------------------------------------------------------
 
@@ -103,13 +103,33 @@ def tokens(text: str) -> list[str]:
     return re.findall(r"\s*\S+", text)
 
 
-def test_first_sentence_released_alone_when_next_starts() -> None:
+def test_first_sentence_released_alone_as_its_stop_is_written() -> None:
     pieces = ["Hello", " there", ".", " How", " are", " you", "?", " Fine", "."]
     released, flushed = stream(pieces, batch_sentences=3)
-    assert released[0] == (pieces.index(" How"), "Hello there.")
+    # "there." is no abbreviation: the sentence is over with its stop, not with the next word
+    assert released[0] == (pieces.index("."), "Hello there.")
     # the second chunk is released alone too, once its sentence is complete: the listener waits for it
-    assert released[1:] == [(pieces.index(" Fine"), "How are you?")]
+    assert released[1:] == [(pieces.index("?"), "How are you?")]
     assert flushed == ["Fine."]
+
+
+@pytest.mark.parametrize(
+    ("pieces", "first", "at"),
+    [
+        (["Jupiter", ".", " It", " is", " big", "."], "Jupiter.", 1),
+        (["Dr", ".", " Smith", " is", " here", "."], "Dr. Smith is here.", 5),  # not at "Dr."
+        (["Room", " No", ".", " 5", " is", " free", "."], "Room No. 5 is free.", 6),  # a sign for "number"
+        (["Plan", " B", ".", " Then", " C", "."], "Plan B. Then C.", None),  # an initial: Punkt joins them
+        (["Pi", " is", " 3", ".", "14", "."], "Pi is 3.14.", None),  # a decimal point; after a digit: waits
+        (['"', "Go", ".", '"', " Yes", "."], '"Go."', 4),  # inside a quotation: with the next word
+        (["Really", "?", " Yes", "."], "Really?", 1),
+    ],
+)  # fmt: skip
+def test_when_a_first_sentence_is_known_to_be_over(pieces: list[str], first: str, at: int | None) -> None:
+    """The first chunk, and the piece it was released with (None: at the end of the stream)."""
+    released, flushed = stream(pieces, batch_sentences=3)
+    assert ([batch for _, batch in released] + flushed)[0] == first
+    assert (released[0][0] if released and released[0][1] == first else None) == at
 
 
 def test_later_batches_respect_batch_sentences() -> None:
@@ -132,10 +152,15 @@ def test_batches_of_one_release_each_sentence() -> None:
     assert flushed == ["A bird flew."]
 
 
-def test_missing_space_between_sentences_comes_out_at_flush() -> None:
+def test_missing_space_between_sentences() -> None:
+    # the first sentence is known to be over at its stop ("one." is no abbreviation): the rest follows
     released, flushed = stream(list("Sentence one.Sentence two"))
-    assert released == []
-    assert " ".join(flushed).split() == ["Sentence", "one.Sentence", "two"]
+    assert released == [(len("Sentence one.") - 1, "Sentence one.")]
+    assert flushed == ["Sentence two"]
+    # after the second chunk, a missing space keeps Punkt's one sentence, to the end of the stream
+    released, flushed = stream(list("One. Two. Sentence three.Sentence four"))
+    assert [batch for _, batch in released] == ["One.", "Two."]
+    assert " ".join(flushed).split() == ["Sentence", "three.Sentence", "four"]
 
 
 def test_flush_twice_yields_nothing_more() -> None:
@@ -200,12 +225,12 @@ def chunks(
     return [batch for _, batch in released] + flushed
 
 
-def test_first_clause_released_as_soon_as_the_space_after_its_comma_arrives() -> None:
+def test_first_clause_released_as_soon_as_its_comma_is_written() -> None:
     pieces = tokens("Paris is the capital of France, and it is known for its museums. It is lovely.")
     released, flushed = stream(pieces, batch_sentences=2)
-    assert released[0] == (pieces.index(" and"), "Paris is the capital of France,")
+    assert released[0] == (pieces.index(" France,"), "Paris is the capital of France,")
     # the rest of the clipped sentence is the second chunk, released alone as soon as it is complete
-    assert released[1] == (pieces.index(" It"), "and it is known for its museums.")
+    assert released[1] == (pieces.index(" museums."), "and it is known for its museums.")
     assert [batch for _, batch in released[2:]] + flushed == ["It is lovely."]
 
 
@@ -274,7 +299,12 @@ def test_clause_rule_can_be_turned_off() -> None:
 
 def test_first_clause_end_positions() -> None:
     assert first_clause_end("One two three four, five") == len("One two three four,")
-    assert first_clause_end("One two three four,") is None  # the space after the comma has not arrived
+    assert first_clause_end("One two three four,") == len("One two three four,")  # a comma after a word
+    assert first_clause_end("It costs 1,") is None  # after a digit: "1,000"?
+    assert first_clause_end("It starts at 3:") is None  # a colon waits: "3:30", "http://"
+    assert first_clause_end('He said "yes,') is None  # a quotation is open: '"yes,"' may follow
+    assert first_clause_end("You should eat e.g.,") is None
+    assert first_clause_end("It was a cold Monday,") is None  # "Monday, January 1"?
     assert first_clause_end("One two three, four", min_words=4) is None
     assert first_clause_end("One, two three") == len("One,")  # one word is enough by default ("Oh, nice!")
     assert first_clause_end("One, two three", min_words=2) is None
@@ -473,7 +503,8 @@ def replies_and_deltas(draw: st.DrawFn) -> tuple[str, list[str]]:
     sentences = []
     for _ in range(draw(st.integers(1, 3))):
         words = [draw(st.sampled_from(_PLAIN_WORDS)), *draw(st.lists(st.sampled_from(_PIECES), max_size=20))]
-        sentence = " ".join(words)
+        # no stop right after "so," or "well;": a comma after a word is a clause boundary whatever follows
+        sentence = " ".join(words).rstrip(",;")
         sentences.append(sentence[0].upper() + sentence[1:] + draw(st.sampled_from([".", "!", "?"])))
     text = " ".join(sentences)
     cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))))

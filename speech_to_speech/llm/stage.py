@@ -71,7 +71,8 @@ from speech_to_speech.llm.prompts import build_text_system_prompt, build_voice_s
 from speech_to_speech.llm.provider_reader import STALLED, read_with_deadlines
 from speech_to_speech.llm.replies import RepliesInHistory
 from speech_to_speech.llm.tools.prompt import build_tool_prompt
-from speech_to_speech.speech.text import SentenceStreamer, WordStreamer, is_speakable, remove_unspeakable
+from speech_to_speech.speech.text import SentenceStreamer, is_speakable, remove_unspeakable
+from speech_to_speech.speech.words import WordStreamer
 
 logger = logging.getLogger(__name__)
 

@@ -48,6 +48,11 @@ _HAS_WORD = re.compile(r"\w", re.UNICODE)
 #: The whitespace (or next character) must already have arrived, so a streamed "1," of
 #: "1,000" or "3:" of "3:30" is never a boundary.
 _CLAUSE_END = re.compile(r"[,;:][\"')\]]*(?=\s)|(?<=\s)--?(?=\s)|[\u2014\u2013](?=.)", re.DOTALL)
+#: a comma or semicolon right after a letter ("Yes," "Oh," "Well;"): a clause boundary known the
+#: moment it is written, without waiting for the space (one token, ~50-70 ms of the 1.5B on 2 cores)
+#: where no quotation or bracket is open (see :func:`_letter_comma_decided`). After a digit ("1,000")
+#: or for a colon ("3:30", "http:") the general rule waits for what follows.
+_LETTER_COMMA = re.compile(r"(?<=[^\W\d_])[,;]")
 
 #: words a reply's first chunk needs before it may end at a clause boundary. With the embedded
 #: 1.5B (the default) decoding ~20-30 tokens/s on 2 cores, each word more in the first chunk is
@@ -321,9 +326,36 @@ def _clause_decided(text: str, match: re.Match[str]) -> int | None:
     return match.end() + 1
 
 
+def _balanced(text: str) -> bool:
+    """No quotation or bracket is open at the end of ``text`` (a clause mark after it is not followed
+    by a closing one)."""
+    return text.count('"') % 2 == 0 and text.count("(") <= text.count(")") and text.count("[") <= text.count("]")
+
+
+def _letter_comma_decided(text: str, match: re.Match[str]) -> int | None:
+    """The length of ``text`` needed to tell that a match of :data:`_LETTER_COMMA` is a clause
+    boundary: the mark itself, with nothing after it yet, where no quotation or bracket is open
+    before it (else a closing mark may follow: the general rule waits for the space) and the word
+    before it is not one after which the comma may belong to what follows ("e.g.,", "Monday,").
+    None: the general rule decides."""
+    before = text[: match.start()]
+    words = before.split()
+    prev = _bare(words[-1]) if words else ""
+    if prev in _INTRODUCERS or prev in _WEEKDAYS or not _balanced(before):
+        return None
+    return match.end()
+
+
 def _clause_cut(text: str, min_words: int) -> tuple[int, int] | None:
     """The first chunk's end at a clause boundary, as (length of ``text`` needed to decide it, the end)."""
     best: tuple[int, int] | None = None
+    for match in _LETTER_COMMA.finditer(text):
+        if _word_count(text[: match.end()]) < min_words:
+            continue
+        decided = _letter_comma_decided(text, match)
+        if decided is not None:
+            best = (decided, match.end())
+            break
     for match in _CLAUSE_END.finditer(text):
         if best is not None and match.start() >= best[0]:
             break
@@ -376,13 +408,35 @@ def first_chunk_end(
 
 def first_clause_end(text: str, min_words: int = FIRST_CLAUSE_MIN_WORDS) -> int | None:
     """Where the first chunk of a reply may end at a clause boundary: :func:`first_chunk_end`
-    without the word-gap rule. A boundary needs the whitespace (or, after a number, the next
-    character) after it, so a streamed "1," of "1,000" or "3:" of "3:30" is never one.
+    without the word-gap rule. A comma or semicolon after a letter is one at once ("Oh,"); other
+    boundaries need the whitespace (or, after a number, the next character) after them, so a
+    streamed "1," of "1,000" or "3:" of "3:30" is never one.
 
     Returns:
         The index in ``text`` just after the boundary, or None.
     """
     return first_chunk_end(text, min_words, 0)
+
+
+def sentence_ended(text: str, continued: bool = False) -> bool:
+    """Whether ``text`` is one sentence whose end is known without the text after it: it ends with
+    "!" or "?" right after a letter, or with "." after a word that is no abbreviation, initial or
+    sign for "number" ("Jupiter." but not "Dr.", "J." or "No."), and no quotation or bracket is
+    open. Punkt needs the next word to tell the rest; this lets a reply's first chunk ("Jupiter.")
+    go to TTS as its last token is written instead of with the next one (~50-70 ms of the 1.5B on
+    2 cores).
+
+    Args:
+        text: a reply's text so far (trailing whitespace allowed).
+        continued: ``text`` is the rest of a sentence whose start was cut off (see
+            :func:`split_sentences`).
+    """
+    stripped = text.rstrip()
+    if len(stripped) < 2 or stripped[-1] not in ".!?" or not stripped[-2].isalpha():
+        return False
+    if stripped[-1] == "." and _is_abbreviation(stripped.split()[-1]):
+        return False
+    return _balanced(stripped) and len(split_sentences(stripped, continued)) == 1
 
 
 #: text that ends a sentence: terminal punctuation, maybe closing quotes or brackets, then spaces
@@ -441,6 +495,11 @@ class SentenceStreamer:
                 head, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:].lstrip()
                 self._mid_sentence = True
                 yield from self._add(head)
+            elif self._released < 2 and not self._batch and sentence_ended(self._buffer, self._mid_sentence):
+                # the first or second chunk is a whole sentence: it goes now, not with the next token
+                head, self._buffer, self._mid_sentence = self._buffer.strip(), "", False
+                yield from self._add(head, alone=True)
+                return
             sentences = split_sentences(self._buffer, self._mid_sentence)
             if len(sentences) < 2:
                 return
@@ -512,36 +571,3 @@ class SentenceStreamer:
             batch, self._batch = " ".join(self._batch), []
             self._released += 1
             yield batch
-
-
-class WordStreamer:
-    """Re-chunks a stream of text deltas into whole words, for TTS engines that take streaming text.
-
-    A word is released once the whitespace after it arrives; it carries a single
-    leading space (except the very first word), so joining the words rebuilds the
-    text with runs of whitespace collapsed. :meth:`flush` releases the last word.
-    Splitting words across deltas would make such engines mispronounce them.
-    """
-
-    def __init__(self) -> None:
-        self._buffer = ""
-        self._first = True
-
-    def push(self, delta: str) -> Iterator[str]:
-        """Add ``delta``; yield every word it completed."""
-        self._buffer += delta
-        parts = re.split(r"\s+", self._buffer)
-        self._buffer = parts.pop()  # unfinished (or empty, after trailing whitespace)
-        for word in parts:
-            if word:
-                yield from self._emit(word)
-
-    def flush(self) -> Iterator[str]:
-        """Yield the last, unterminated word, if any."""
-        word, self._buffer = self._buffer, ""
-        if word:
-            yield from self._emit(word)
-
-    def _emit(self, word: str) -> Iterator[str]:
-        yield word if self._first else " " + word
-        self._first = False

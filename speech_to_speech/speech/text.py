@@ -334,7 +334,7 @@ def _balanced(text: str) -> bool:
 
 def _letter_comma_decided(text: str, match: re.Match[str]) -> int | None:
     """The length of ``text`` needed to tell that a match of :data:`_LETTER_COMMA` is a clause
-    boundary: the mark itself, with nothing after it yet, where no quotation or bracket is open
+    boundary: the mark itself, whatever follows it, where no quotation or bracket is open
     before it (else a closing mark may follow: the general rule waits for the space) and the word
     before it is not one after which the comma may belong to what follows ("e.g.,", "Monday,").
     None: the general rule decides."""
@@ -424,7 +424,8 @@ def sentence_ended(text: str, continued: bool = False) -> bool:
     sign for "number" ("Jupiter." but not "Dr.", "J." or "No."), and no quotation or bracket is
     open. Punkt needs the next word to tell the rest; this lets a reply's first chunk ("Jupiter.")
     go to TTS as its last token is written instead of with the next one (~50-70 ms of the 1.5B on
-    2 cores).
+    2 cores). The price: a name with a dot in it whose first part ends the first sentence so far
+    ("Try weather." of "Try weather.com") is spoken as two chunks.
 
     Args:
         text: a reply's text so far (trailing whitespace allowed).

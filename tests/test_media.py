@@ -131,7 +131,6 @@ def test_the_track_sends_nothing_while_the_assistant_is_silent() -> None:
     saved per call); the next reply goes out on the clock, after a silent primer that takes the
     encoder's stale stamp, and a microphone track (``continuous``) keeps sending silence."""
     import asyncio
-    import time
 
     from aiortc.codecs.opus import OpusEncoder
 
@@ -144,11 +143,11 @@ def test_the_track_sends_nothing_while_the_assistant_is_silent() -> None:
         waiting = asyncio.ensure_future(track.recv())
         await asyncio.sleep(0.3)
         assert not waiting.done(), "a frame was sent while nothing was queued"
-        pushed_at = time.monotonic()
+        clock_at_push = track._pts  # the frame time the track's clock had reached
         buffer.push(np.full(960, 0.5, dtype=np.float32))
         primer = await waiting
         voiced = await track.recv()
-        latency = time.monotonic() - pushed_at
+        latency = voiced.pts - clock_at_push  # frame times that passed before the reply's frame
         encoder = OpusEncoder()  # the stamps aiortc's sender would put on these frames
         stamps = [encoder.encode(frame)[1] for frame in [*frames, primer, voiced]]
         levels = [int(np.abs(frame.to_ndarray()).max()) for frame in (primer, voiced)]
@@ -166,5 +165,7 @@ def test_the_track_sends_nothing_while_the_assistant_is_silent() -> None:
     assert pts[-1] - pts[SILENT_TAIL_FRAMES - 1] >= 0.25 * MEDIA_RATE and pts[-2] == pts[-1] - step
     assert levels == [0, 16384], levels  # the primer is silence, the reply's frame its audio
     assert stamps[-1] == pts[-1], stamps  # the reply's packet carries its own time
-    assert latency < 0.1, latency  # no frame time waited before the reply's first frame
+    # no frame time waited before the reply's first frame (at most the one in progress): counted on
+    # the track's clock, not the wall clock, which a busy machine stretches (0.46 s once in a full run)
+    assert latency <= step, latency
     assert sent == SILENT_TAIL_FRAMES + 3

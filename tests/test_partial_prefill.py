@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
-from handlers.llm.partial_prefill import STEP_TOKENS, PartialPrefill
+from handlers.llm.partial_prefill import AFTER_CRITICAL_S, STEP_TOKENS, PartialPrefill
 from speech_to_speech.core.priority import CRITICAL
 
 
@@ -84,5 +85,24 @@ def test_a_reply_that_wants_the_engine_ends_the_wait() -> None:
             engine.steps.release()  # (a step that had passed its check before)
             assert prefill.wait_idle(5)
         assert len(engine.cache) <= 2 * STEP_TOKENS
+    finally:
+        prefill.close()
+
+
+def test_a_reply_right_after_critical_work_finds_the_engine_free() -> None:
+    """The end-of-turn model's verdict is critical work, and the reply to that endpoint asks for
+    the engine a few ms later: the prefill waits a moment after critical work before its next step,
+    so that the reply does not wait behind it."""
+    engine = StepEngine()
+    prefill = PartialPrefill(engine, lambda text: "w" * (2 * STEP_TOKENS + 2), "test")
+    try:
+        with CRITICAL.running():
+            prefill.submit("")
+            engine.steps.release()  # a step could run at once...
+            time.sleep(0.1)
+        time.sleep(AFTER_CRITICAL_S / 4)  # ...once the critical work is over, but the reply comes first
+        engine.wanted = True
+        assert prefill.wait_idle(5)
+        assert engine.cache == [] and prefill.evaluated_tokens == 0
     finally:
         prefill.close()

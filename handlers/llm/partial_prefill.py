@@ -16,7 +16,8 @@ Rules that keep it harmless:
   skipped. The prompt is evaluated :data:`STEP_TOKENS` tokens at a time, and evaluation stops
   between two steps as soon as a reply wants the engine or a newer partial came, and pauses
   while critical work runs (:data:`~speech_to_speech.core.priority.CRITICAL`: the STT pass after
-  an endpoint, the end-of-turn model), going on once it is done, so that work done ahead never
+  an endpoint, the end-of-turn model), going on :data:`AFTER_CRITICAL_S` after it is done (the reply
+  to an endpoint just judged asks for the engine then), so that work done ahead never
   delays what the user waits for and is still done (a new system prompt is ~300 tokens, seconds
   of evaluation for the 1.5B).
 * The last :data:`HOLD_BACK_TOKENS` tokens of the partial are not evaluated: the last word may
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -52,6 +54,13 @@ STEP_TOKENS = 3
 #: how often a prefill waiting for critical work looks again whether a reply or a newer partial
 #: came (then it gives up), s
 CRITICAL_POLL_S = 0.02
+#: after critical work, the prefill waits this long more before it takes the engine, s. The
+#: end-of-turn model's "done" is critical work, and its reply asks for the engine ~20 ms after it
+#: (the segment goes through the STT stage first); a step taken in between made the reply wait for
+#: it: on a 2-core Intel Xeon, 164 ms behind a 3-token step on the one core left (2026-12-07)
+AFTER_CRITICAL_S = 0.04
+#: how often that wait looks whether a reply or a newer partial came, s
+SETTLE_POLL_S = 0.005
 
 
 class Engine(Protocol):
@@ -146,9 +155,7 @@ class PartialPrefill:
             return
         evaluated = 0
         while True:
-            # critical work first: wait for it to end (a reply or a newer partial ends the wait)
-            while CRITICAL.busy and not self._superseded():
-                CRITICAL.wait_clear(CRITICAL_POLL_S)
+            self._wait_for_critical()
             if self._superseded() or not self.engine.lock.acquire(blocking=False):
                 self.skipped_busy += evaluated == 0
                 break
@@ -161,6 +168,20 @@ class PartialPrefill:
                 break
         self.evaluated_tokens += evaluated
         logger.debug("prefill: %d tokens of %r evaluated ahead", evaluated, text[-40:])
+
+    def _wait_for_critical(self) -> None:
+        """Critical work first: wait while it runs and :data:`AFTER_CRITICAL_S` after it ends (a reply
+        that it let through asks for the engine then); a reply or a newer partial ends the wait."""
+        seen, quiet_since = False, 0.0
+        while not self._superseded():
+            if CRITICAL.busy:
+                seen = True
+                CRITICAL.wait_clear(CRITICAL_POLL_S)
+                quiet_since = time.monotonic()
+            elif not seen or time.monotonic() - quiet_since >= AFTER_CRITICAL_S:
+                return
+            else:
+                time.sleep(SETTLE_POLL_S)
 
     def _superseded(self) -> bool:
         """A reply wants the engine, a newer partial came, or the prefill is closing."""

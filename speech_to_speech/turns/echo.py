@@ -80,12 +80,6 @@ ROOM_KEPT_CHUNKS = 156
 #: (music at 10 dB under the user, the canceller on) it held the bar at -11 to -4 dB of the voice,
 #: over the user's sentences at -12 to -22 dB; in a quiet room the bar fell to -24 to -42 dB
 ROOM_PERCENTILE = 90.0
-# A room that talks (other people, a television) keeps its level in, judged as the background gate
-# judges it: at least :data:`~speech_to_speech.turns.background.SPEECH_BACKGROUND_ON` of its chunks
-# scored :data:`~speech_to_speech.turns.background.SPEECH_SCORE` or more (babble: 94 %). Under the
-# voice, the gate holding that talk back kept stories from stopping for it (the same room with
-# babble at 10 dB: 3 of 4 stories stopped with it taken out, 1 of 10 kept in)
-
 #: a room chunk the VAD scored under this is the room's noise; the soft edges of the user's own
 #: words (between this and talk, just before speech starts and after it ends)
 #: are neither, and are left out of its level
@@ -142,7 +136,10 @@ class EchoGate:
         no voice played within :data:`MAX_DELAY_S`, of those the VAD scored under
         :data:`ROOM_NOISE_SCORE`; 0 before :data:`ROOM_MIN_CHUNKS` of them were heard, and while at
         least :data:`~speech_to_speech.turns.background.SPEECH_BACKGROUND_ON` of the room's chunks are
-        talk (scored :data:`~speech_to_speech.turns.background.SPEECH_SCORE` or more)."""
+        talk (scored :data:`~speech_to_speech.turns.background.SPEECH_SCORE` or more, the background
+        gate's bars; babble: 94 %). A room that talks (other people, a television) keeps its level
+        in: under the voice, the gate holding that talk back kept stories from stopping for it (the
+        same room with babble at 10 dB: 3 of 4 stories stopped with it taken out, 1 of 10 kept in)."""
         if self._room_power is None:
             noise = [power for power, score in self._room if score < ROOM_NOISE_SCORE]
             talk = sum(score >= SPEECH_SCORE for _, score in self._room)
